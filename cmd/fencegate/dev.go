@@ -1,0 +1,330 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"syscall"
+	"time"
+
+	"github.com/fencegate/fencegate/gateway"
+	"github.com/fencegate/fencegate/internal/stack"
+	"github.com/fencegate/fencegate/internal/testenv"
+	"github.com/fencegate/fencegate/meta"
+)
+
+const devUsage = `usage: fencegate dev <run|exec|stores>
+
+  run [--dir D]       PostgreSQL + SeaweedFS + the gateway, data kept in D (default ./.fencegate);
+                      prints the endpoint and a key pair, writes D/env; Ctrl-C stops everything
+  exec -- CMD ARGS    start a throwaway PostgreSQL cluster and SeaweedFS, run CMD with
+                      DATABASE_URL and FENCEGATE_TEST_* set, stop them when CMD ends
+  stores              build the pinned SeaweedFS and versitygw into the cache (once per machine)
+`
+
+func cmdDev(ctx context.Context, args []string) error {
+	if len(args) == 0 {
+		fmt.Fprint(os.Stderr, devUsage)
+		return errors.New("missing subcommand")
+	}
+	switch args[0] {
+	case "run":
+		return devRun(ctx, args[1:])
+	case "exec":
+		return devExec(ctx, args[1:])
+	case "stores":
+		if _, err := stack.EnsureWeed(ctx, os.Stderr); err != nil {
+			return err
+		}
+		_, err := stack.EnsureVersitygw(ctx, os.Stderr)
+		return err
+	}
+	fmt.Fprint(os.Stderr, devUsage)
+	return fmt.Errorf("unknown subcommand %q", args[0])
+}
+
+// devState is what must survive restarts of `make run`: keys and ports.
+type devState struct {
+	ServerKey    string             `json:"server_key"`
+	StoreAccess  string             `json:"store_access_key"`
+	StoreSecret  string             `json:"store_secret_key"`
+	AccessKey    string             `json:"access_key"`
+	SecretKey    string             `json:"secret_key"`
+	GatewayPort  int                `json:"gateway_port"`
+	AdminPort    int                `json:"admin_port"`
+	PostgresPort int                `json:"postgres_port"`
+	SeaweedPorts stack.SeaweedPorts `json:"seaweed_ports"`
+}
+
+func loadDevState(path string) (*devState, error) {
+	st := &devState{}
+	b, err := os.ReadFile(path)
+	if err == nil {
+		if err := json.Unmarshal(b, st); err != nil {
+			return nil, fmt.Errorf("%s: %w", path, err)
+		}
+	} else if !os.IsNotExist(err) {
+		return nil, err
+	}
+	if st.ServerKey == "" {
+		st.ServerKey = meta.NewServerKey()
+		st.StoreAccess = "FGSTORE" + randomUpper(13)
+		st.StoreSecret = meta.NewServerKey()[:40]
+		st.AccessKey = "FGDEV" + randomUpper(15)
+		st.SecretKey = meta.NewServerKey()[:40]
+	}
+	st.GatewayPort = portOr(st.GatewayPort, 9000)
+	st.AdminPort = portOr(st.AdminPort, 9001)
+	st.PostgresPort = portOr(st.PostgresPort, 0)
+	// weed's ports are only remembered; StartSeaweed fills in any left at zero.
+	p := &st.SeaweedPorts
+	for _, f := range []*int{&p.S3, &p.Master, &p.MasterGRPC, &p.Filer, &p.FilerGRPC, &p.Volume, &p.VolumeGRPC, &p.S3GRPC, &p.Admin, &p.AdminGRPC} {
+		if *f != 0 && !portFree(*f) {
+			*f = 0
+		}
+	}
+	return st, nil
+}
+
+func randomUpper(n int) string {
+	const alphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZ234567"
+	h := meta.NewServerKey()
+	out := make([]byte, n)
+	for i := range out {
+		out[i] = alphabet[int(h[i])%len(alphabet)]
+	}
+	return string(out)
+}
+
+// portOr keeps a remembered port while it is free, else tries preferred, else
+// takes any free one.
+func portOr(remembered, preferred int) int {
+	for _, p := range []int{remembered, preferred} {
+		if p != 0 && portFree(p) {
+			return p
+		}
+	}
+	p, err := stack.FreePort()
+	if err != nil {
+		return 0
+	}
+	return p
+}
+
+func portFree(p int) bool {
+	l, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(p))
+	if err != nil {
+		return false
+	}
+	l.Close()
+	return true
+}
+
+func devRun(ctx context.Context, args []string) error {
+	f := newFlags("dev run")
+	var dir string
+	f.String(&dir, "dir", "FENCEGATE_DEV_DIR", ".fencegate", "folder for the stack's data, state and env file")
+	var logLevel string
+	f.String(&logLevel, "log-level", "FENCEGATE_LOG_LEVEL", "info", "gateway log level")
+	if err := f.Parse(args); err != nil {
+		return err
+	}
+	dir, err := filepath.Abs(dir)
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	statePath := filepath.Join(dir, "state.json")
+	st, err := loadDevState(statePath)
+	if err != nil {
+		return err
+	}
+	weed, err := stack.EnsureWeed(ctx, os.Stderr)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintln(os.Stderr, "starting PostgreSQL ...")
+	pg, err := stack.StartPostgres(ctx, filepath.Join(dir, "postgres"), st.PostgresPort, true)
+	if err != nil {
+		return err
+	}
+	defer pg.Stop()
+	fmt.Fprintln(os.Stderr, "starting SeaweedFS ...")
+	sw, err := stack.StartSeaweed(ctx, weed, filepath.Join(dir, "seaweedfs"), st.SeaweedPorts, st.StoreAccess, st.StoreSecret)
+	if err != nil {
+		return err
+	}
+	defer sw.Stop()
+	st.SeaweedPorts = sw.Ports
+	if err := writeJSON(statePath, st); err != nil {
+		return err
+	}
+	dbURL, err := ensureDevDatabase(ctx, pg, st)
+	if err != nil {
+		return err
+	}
+	cfg := serveConfig{
+		Config:      gatewayConfig(st),
+		DatabaseURL: dbURL, ServerKey: st.ServerKey, Region: "us-east-1",
+		BackendURL: sw.URL, BackendKey: st.StoreAccess, BackendSecret: st.StoreSecret, BackendRegion: "us-east-1",
+		LogLevel: logLevel, DBMaxConns: 32, DBQueryTimeout: 10 * time.Second,
+	}
+	return runServe(ctx, cfg, func(s3Addr, adminAddr string) {
+		endpoint := "http://" + s3Addr
+		env := fmt.Sprintf("export FENCEGATE_ENDPOINT=%s\nexport AWS_ACCESS_KEY_ID=%s\nexport AWS_SECRET_ACCESS_KEY=%s\nexport AWS_DEFAULT_REGION=us-east-1\nexport AWS_REGION=us-east-1\nexport FENCEGATE_ADMIN_ENDPOINT=http://%s\nexport FENCEGATE_STORE_ENDPOINT=%s\nexport DATABASE_URL=%s\n",
+			endpoint, st.AccessKey, st.SecretKey, adminAddr, sw.URL, dbURL)
+		envPath := filepath.Join(dir, "env")
+		if err := os.WriteFile(envPath, []byte(env), 0o600); err != nil {
+			fmt.Fprintf(os.Stderr, "write %s: %v\n", envPath, err)
+		}
+		fmt.Printf(`
+fencegate is up.
+  S3 endpoint:  %s
+  access key:   %s
+  secret key:   %s
+  region:       us-east-1
+  health:       http://%s/healthz   metrics: http://%s/metrics
+  data:         %s
+
+  source %s
+  aws --endpoint-url "$FENCEGATE_ENDPOINT" s3 ls
+
+Ctrl-C stops the gateway, SeaweedFS and PostgreSQL.
+`, endpoint, st.AccessKey, st.SecretKey, adminAddr, adminAddr, dir, envPath)
+	})
+}
+
+func gatewayConfig(st *devState) (c gateway.Config) {
+	c.Listen = "127.0.0.1:" + strconv.Itoa(st.GatewayPort)
+	c.AdminListen = "127.0.0.1:" + strconv.Itoa(st.AdminPort)
+	c.ShutdownGrace = 10 * time.Second
+	return c
+}
+
+// ensureDevDatabase creates the fencegate database on first start, migrates it,
+// and stores the development key with every permission.
+func ensureDevDatabase(ctx context.Context, pg *stack.Postgres, st *devState) (string, error) {
+	admin, err := meta.Open(ctx, pg.URL("postgres"), meta.PoolConfig{MaxConns: 1})
+	if err != nil {
+		return "", err
+	}
+	var exists bool
+	err = admin.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_database WHERE datname = 'fencegate')`).Scan(&exists)
+	if err == nil && !exists {
+		_, err = admin.Exec(ctx, `CREATE DATABASE fencegate`)
+	}
+	admin.Close()
+	if err != nil {
+		return "", err
+	}
+	url := pg.URL("fencegate")
+	pool, err := meta.Open(ctx, url, meta.PoolConfig{MaxConns: 2})
+	if err != nil {
+		return "", err
+	}
+	defer pool.Close()
+	if _, err := meta.Migrate(ctx, pool); err != nil {
+		return "", err
+	}
+	key, _ := meta.ParseServerKey(st.ServerKey)
+	sealer, err := meta.NewSealer(key)
+	if err != nil {
+		return "", err
+	}
+	keys := &meta.Keys{Pool: pool, Sealer: sealer}
+	var n int
+	if err := pool.QueryRow(ctx, `SELECT count(*) FROM access_keys WHERE access_key_id = $1`, st.AccessKey).Scan(&n); err != nil {
+		return "", err
+	}
+	if n == 0 {
+		all := []meta.Grant{{Bucket: meta.AllBuckets, Permission: meta.PermRead}, {Bucket: meta.AllBuckets, Permission: meta.PermWrite}, {Bucket: meta.AllBuckets, Permission: meta.PermAdmin}}
+		if err := keys.Import(ctx, st.AccessKey, st.SecretKey, "make run development key", all); err != nil {
+			return "", err
+		}
+	}
+	return url, nil
+}
+
+func writeJSON(path string, v any) error {
+	b, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(path, b, 0o600)
+}
+
+// devExec runs a command (the test suite) against a throwaway stack.
+func devExec(ctx context.Context, args []string) error {
+	if len(args) > 0 && args[0] == "--" {
+		args = args[1:]
+	}
+	if len(args) == 0 {
+		return errors.New("usage: fencegate dev exec -- CMD [ARGS]")
+	}
+	weed, err := stack.EnsureWeed(ctx, os.Stderr)
+	if err != nil {
+		return err
+	}
+	versitygw, err := stack.EnsureVersitygw(ctx, os.Stderr)
+	if err != nil {
+		return err
+	}
+	tmp, err := os.MkdirTemp("", "fencegate-run-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(tmp)
+	_ = os.Chmod(tmp, 0o755) // the cluster may run as another user
+	pg, err := stack.StartPostgres(ctx, filepath.Join(tmp, "postgres"), 0, false)
+	if err != nil {
+		return err
+	}
+	defer pg.Stop()
+	access, secret := "FGTEST"+randomUpper(14), meta.NewServerKey()[:40]
+	sw, err := stack.StartSeaweed(ctx, weed, filepath.Join(tmp, "seaweedfs"), stack.SeaweedPorts{}, access, secret)
+	if err != nil {
+		return err
+	}
+	defer sw.Stop()
+	fmt.Fprintf(os.Stderr, "dev exec: PostgreSQL on port %d, SeaweedFS S3 at %s\n", pg.Port, sw.URL)
+
+	cmd := exec.Command(args[0], args[1:]...)
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
+	cmd.Env = append(os.Environ(),
+		testenv.EnvDatabaseURL+"="+pg.URL("postgres"),
+		testenv.EnvS3Endpoint+"="+sw.URL,
+		testenv.EnvS3AccessKey+"="+access,
+		testenv.EnvS3SecretKey+"="+secret,
+		"FENCEGATE_WEED="+weed,
+		"FENCEGATE_VERSITYGW="+versitygw,
+	)
+	if err := cmd.Start(); err != nil {
+		return err
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	select {
+	case err = <-done:
+	case <-ctx.Done():
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case err = <-done:
+		case <-time.After(30 * time.Second):
+			_ = cmd.Process.Kill()
+			err = <-done
+		}
+	}
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		return exitCode(ee.ExitCode())
+	}
+	return err
+}

@@ -1,0 +1,132 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/fencegate/fencegate/meta"
+)
+
+const keysUsage = `usage: fencegate keys <create|list|grant|revoke|delete> [flags] [args]
+
+  create [--description D] [GRANT...]   make a key; prints its id and secret once
+  list                                  keys and their grants (never secrets)
+  grant KEY GRANT...                    add grants
+  revoke KEY GRANT...                   remove grants
+  delete KEY                            remove a key
+
+GRANT is PERMISSION:BUCKET, PERMISSION one of read, write, admin; BUCKET '*' is every bucket.
+`
+
+func parseGrants(args []string) ([]meta.Grant, error) {
+	var out []meta.Grant
+	for _, a := range args {
+		p, b, ok := strings.Cut(a, ":")
+		if !ok || b == "" {
+			return nil, fmt.Errorf("grant %q: want PERMISSION:BUCKET", a)
+		}
+		perm, err := meta.ParsePermission(p)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, meta.Grant{Bucket: b, Permission: perm})
+	}
+	return out, nil
+}
+
+func cmdKeys(ctx context.Context, args []string) error {
+	if len(args) == 0 {
+		fmt.Fprint(os.Stderr, keysUsage)
+		return errors.New("missing subcommand")
+	}
+	sub := args[0]
+	f := newFlags("keys " + sub)
+	var dbURL, serverKey, serverKeyFile, description string
+	f.database(&dbURL)
+	f.serverKey(&serverKey, &serverKeyFile)
+	if sub == "create" {
+		f.StringVar(&description, "description", "", "what the key is for")
+	}
+	if err := f.Parse(args[1:]); err != nil {
+		return err
+	}
+	keys, closeKeys, err := openKeys(ctx, dbURL, serverKey, serverKeyFile)
+	if err != nil {
+		return err
+	}
+	defer closeKeys()
+	rest := f.Args()
+	switch sub {
+	case "create":
+		grants, err := parseGrants(rest)
+		if err != nil {
+			return err
+		}
+		k, err := keys.Create(ctx, description, grants)
+		if err != nil {
+			return err
+		}
+		fmt.Printf("AWS_ACCESS_KEY_ID=%s\nAWS_SECRET_ACCESS_KEY=%s\n", k.ID, k.Secret)
+	case "list":
+		all, _, err := keys.All(ctx)
+		if err != nil {
+			return err
+		}
+		tw := tabwriter.NewWriter(os.Stdout, 2, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "ACCESS KEY\tCREATED\tGRANTS\tDESCRIPTION")
+		for _, k := range all {
+			var gs []string
+			for _, g := range k.Grants {
+				gs = append(gs, string(g.Permission)+":"+g.Bucket)
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", k.ID, k.CreatedAt.Format(time.RFC3339), strings.Join(gs, ","), k.Description)
+		}
+		return tw.Flush()
+	case "grant", "revoke":
+		if len(rest) < 2 {
+			return fmt.Errorf("usage: fencegate keys %s KEY GRANT...", sub)
+		}
+		grants, err := parseGrants(rest[1:])
+		if err != nil {
+			return err
+		}
+		if sub == "grant" {
+			return keys.Grant(ctx, rest[0], grants...)
+		}
+		return keys.Revoke(ctx, rest[0], grants...)
+	case "delete":
+		if len(rest) != 1 {
+			return errors.New("usage: fencegate keys delete KEY")
+		}
+		return keys.Delete(ctx, rest[0])
+	default:
+		fmt.Fprint(os.Stderr, keysUsage)
+		return fmt.Errorf("unknown subcommand %q", sub)
+	}
+	return nil
+}
+
+func openKeys(ctx context.Context, dbURL, serverKey, serverKeyFile string) (*meta.Keys, func(), error) {
+	text, err := loadServerKey(serverKey, serverKeyFile)
+	if err != nil {
+		return nil, nil, err
+	}
+	key, err := meta.ParseServerKey(text)
+	if err != nil {
+		return nil, nil, err
+	}
+	sealer, err := meta.NewSealer(key)
+	if err != nil {
+		return nil, nil, err
+	}
+	pool, err := meta.Open(ctx, dbURL, meta.PoolConfig{MaxConns: 2, ConnectTimeout: 10 * time.Second, ApplicationName: "fencegate keys"})
+	if err != nil {
+		return nil, nil, err
+	}
+	return &meta.Keys{Pool: pool, Sealer: sealer}, pool.Close, nil
+}

@@ -1,0 +1,165 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/credentials"
+	"github.com/aws/aws-sdk-go-v2/service/s3"
+
+	"github.com/fencegate/fencegate/gateway"
+	"github.com/fencegate/fencegate/meta"
+)
+
+// serveConfig is everything `fencegate serve` reads from flags and FENCEGATE_*.
+type serveConfig struct {
+	gateway.Config
+	DatabaseURL    string
+	ServerKey      string
+	ServerKeyFile  string
+	Region         string
+	BackendURL     string
+	BackendKey     string
+	BackendSecret  string
+	BackendRegion  string
+	LogLevel       string
+	Migrate        bool
+	DBMaxConns     int
+	DBQueryTimeout time.Duration
+}
+
+func (c *serveConfig) define(f envFlags) {
+	f.String(&c.Listen, "listen", "FENCEGATE_LISTEN", "127.0.0.1:9000", "S3 API listen address")
+	f.String(&c.AdminListen, "admin-listen", "FENCEGATE_ADMIN_LISTEN", "127.0.0.1:9001", "admin listen address: /healthz, /readyz, /metrics (empty disables)")
+	f.String(&c.TLSCert, "tls-cert", "FENCEGATE_TLS_CERT", "", "PEM certificate: serve the S3 API over HTTPS")
+	f.String(&c.TLSKey, "tls-key", "FENCEGATE_TLS_KEY", "", "PEM private key for --tls-cert")
+	f.Duration(&c.ShutdownGrace, "shutdown-grace", "FENCEGATE_SHUTDOWN_GRACE", 30*time.Second, "how long in-flight requests may finish after SIGTERM")
+	f.database(&c.DatabaseURL)
+	f.serverKey(&c.ServerKey, &c.ServerKeyFile)
+	f.String(&c.Region, "region", "FENCEGATE_REGION", "us-east-1", "region clients must sign for (empty accepts any)")
+	f.String(&c.BackendURL, "backend-endpoint", "FENCEGATE_BACKEND_ENDPOINT", "", "URL of the S3 store behind the gateway")
+	f.String(&c.BackendKey, "backend-access-key", "FENCEGATE_BACKEND_ACCESS_KEY_ID", "", "the gateway's own access key at the store")
+	f.String(&c.BackendSecret, "backend-secret-key", "FENCEGATE_BACKEND_SECRET_ACCESS_KEY", "", "the gateway's own secret key at the store")
+	f.String(&c.BackendRegion, "backend-region", "FENCEGATE_BACKEND_REGION", "us-east-1", "region the gateway signs for at the store")
+	f.String(&c.LogLevel, "log-level", "FENCEGATE_LOG_LEVEL", "info", "debug, info, warn or error")
+	f.Bool(&c.Migrate, "migrate", "FENCEGATE_MIGRATE", false, "apply database migrations at start-up")
+	f.Int(&c.DBMaxConns, "db-max-conns", "FENCEGATE_DB_MAX_CONNS", 32, "PostgreSQL connection pool size")
+	f.Duration(&c.DBQueryTimeout, "db-statement-timeout", "FENCEGATE_DB_STATEMENT_TIMEOUT", 10*time.Second, "server-side bound on every statement")
+}
+
+func (c *serveConfig) validate() error {
+	var missing []string
+	for name, v := range map[string]string{"--database-url": c.DatabaseURL, "--backend-endpoint": c.BackendURL,
+		"--backend-access-key": c.BackendKey, "--backend-secret-key": c.BackendSecret} {
+		if v == "" {
+			missing = append(missing, name)
+		}
+	}
+	if len(missing) > 0 {
+		return fmt.Errorf("missing configuration: %s", strings.Join(missing, ", "))
+	}
+	return nil
+}
+
+func cmdServe(ctx context.Context, args []string) error {
+	var cfg serveConfig
+	f := newFlags("serve")
+	cfg.define(f)
+	if err := f.Parse(args); err != nil {
+		return err
+	}
+	return runServe(ctx, cfg, nil)
+}
+
+func newLogger(level string) *slog.Logger {
+	var l slog.Level
+	if err := l.UnmarshalText([]byte(level)); err != nil {
+		l = slog.LevelInfo
+	}
+	return slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: l}))
+}
+
+// runServe runs the gateway until ctx ends. started, if set, is told the bound
+// addresses once the gateway accepts requests.
+func runServe(ctx context.Context, cfg serveConfig, started func(s3Addr, adminAddr string)) error {
+	if err := cfg.validate(); err != nil {
+		return err
+	}
+	log := newLogger(cfg.LogLevel)
+	keyText, err := loadServerKey(cfg.ServerKey, cfg.ServerKeyFile)
+	if err != nil {
+		return err
+	}
+	if _, err := meta.ParseServerKey(keyText); err != nil {
+		return err
+	}
+	pool, err := meta.Open(ctx, cfg.DatabaseURL, meta.PoolConfig{
+		MaxConns: int32(cfg.DBMaxConns), ConnectTimeout: 10 * time.Second,
+		StatementTimeout: cfg.DBQueryTimeout, ApplicationName: "fencegate serve",
+	})
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	if cfg.Migrate {
+		if _, err := meta.Migrate(ctx, pool); err != nil {
+			return err
+		}
+	}
+	if err := checkSchema(ctx, pool); err != nil {
+		return err
+	}
+	store := backendClient(cfg)
+	srv, err := gateway.New(cfg.Config, gateway.Deps{
+		Log: log,
+		Readiness: []gateway.Check{
+			{Name: "postgres", Run: func(ctx context.Context) error { return pool.Ping(ctx) }},
+			{Name: "store", Run: func(ctx context.Context) error {
+				_, err := store.ListBuckets(ctx, &s3.ListBucketsInput{})
+				return err
+			}},
+		},
+	})
+	if err != nil {
+		return err
+	}
+	log.Info("fencegate serving", "s3", srv.Addr(), "admin", srv.AdminAddr(), "backend", cfg.BackendURL)
+	if started != nil {
+		started(srv.Addr(), srv.AdminAddr())
+	}
+	return srv.Serve(ctx)
+}
+
+func checkSchema(ctx context.Context, pool interface {
+	meta.Querier
+}) error {
+	ms, err := meta.Migrations()
+	if err != nil {
+		return err
+	}
+	v, err := meta.SchemaVersion(ctx, pool)
+	if err != nil || v < ms[len(ms)-1].Version {
+		return errors.New("the database schema is not up to date: run `fencegate migrate` (or serve with --migrate)")
+	}
+	return nil
+}
+
+// backendClient is the gateway's own client for the store, used for readiness.
+func backendClient(cfg serveConfig) *s3.Client {
+	return s3.NewFromConfig(aws.Config{
+		Region:      cfg.BackendRegion,
+		Credentials: credentials.NewStaticCredentialsProvider(cfg.BackendKey, cfg.BackendSecret, ""),
+		HTTPClient:  &http.Client{Timeout: 10 * time.Second},
+	}, func(o *s3.Options) {
+		o.BaseEndpoint = aws.String(cfg.BackendURL)
+		o.UsePathStyle = true
+		o.RetryMaxAttempts = 1
+	})
+}

@@ -1,0 +1,139 @@
+package conformance
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// `make run` is `fencegate dev run`: it must come up with a health endpoint and
+// an env file, and leave no process behind after SIGTERM.
+func TestDevRunComesUpAndStopsClean(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a whole stack")
+	}
+	bin := buildFencegate(t)
+	dir := sharedTempDir(t)
+	cmd := exec.Command(bin, "dev", "run", "--dir", dir)
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	defer func() {
+		_ = cmd.Process.Kill()
+	}()
+
+	envPath := filepath.Join(dir, "env")
+	env := waitEnvFile(t, envPath, done, &out)
+	for _, name := range []string{"FENCEGATE_ENDPOINT", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_DEFAULT_REGION"} {
+		if env[name] == "" {
+			t.Fatalf("%s lacks %s:\n%v", envPath, name, env)
+		}
+	}
+	for _, u := range []string{env["FENCEGATE_ADMIN_ENDPOINT"] + "/healthz", env["FENCEGATE_ADMIN_ENDPOINT"] + "/readyz", env["FENCEGATE_ENDPOINT"] + "/healthz"} {
+		resp, err := http.Get(u)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			t.Fatalf("GET %s: %s", u, resp.Status)
+		}
+	}
+	if !strings.Contains(out.String(), "aws --endpoint-url") {
+		t.Fatalf("no ready-to-paste aws command in the output:\n%s", out.String())
+	}
+
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-done:
+	case <-time.After(60 * time.Second):
+		t.Fatalf("dev run did not stop within 60 s of SIGTERM:\n%s", out.String())
+	}
+	if left := processesMentioning(dir); len(left) > 0 {
+		t.Fatalf("processes left after SIGTERM: %v", left)
+	}
+}
+
+func waitEnvFile(t *testing.T, path string, exited <-chan error, out *bytes.Buffer) map[string]string {
+	t.Helper()
+	deadline := time.After(3 * time.Minute)
+	for {
+		if f, err := os.Open(path); err == nil {
+			env := map[string]string{}
+			sc := bufio.NewScanner(f)
+			for sc.Scan() {
+				k, v, ok := strings.Cut(strings.TrimPrefix(sc.Text(), "export "), "=")
+				if ok {
+					env[k] = v
+				}
+			}
+			f.Close()
+			return env
+		}
+		select {
+		case err := <-exited:
+			t.Fatalf("dev run exited (%v) before writing %s:\n%s", err, path, out.String())
+		case <-deadline:
+			t.Fatalf("no %s after 3 minutes:\n%s", path, out.String())
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
+
+// processesMentioning lists live processes whose command line names dir.
+func processesMentioning(dir string) []string {
+	var found []string
+	procs, _ := filepath.Glob("/proc/[0-9]*/cmdline")
+	for _, p := range procs {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			continue
+		}
+		cmdline := string(bytes.ReplaceAll(b, []byte{0}, []byte{' '}))
+		if strings.Contains(cmdline, dir) {
+			found = append(found, filepath.Base(filepath.Dir(p))+": "+cmdline)
+		}
+	}
+	return found
+}
+
+func buildFencegate(t *testing.T) string {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), "fencegate")
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "go", "build", "-o", bin, "github.com/fencegate/fencegate/cmd/fencegate")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("build fencegate: %v\n%s", err, out)
+	}
+	return bin
+}
+
+// sharedTempDir is a temporary folder other users can enter: as root, the
+// PostgreSQL cluster runs as the postgres user (t.TempDir's parent is private).
+func sharedTempDir(t *testing.T) string {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "fencegate-conformance-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}

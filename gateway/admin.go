@@ -1,0 +1,57 @@
+package gateway
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+)
+
+type metrics struct {
+	reg      *prometheus.Registry
+	requests *prometheus.CounterVec
+}
+
+func newMetrics() *metrics {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	m := &metrics{
+		reg: reg,
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "fencegate_requests_total", Help: "S3 requests by operation and HTTP status.",
+		}, []string{"op", "status"}),
+	}
+	reg.MustRegister(m.requests)
+	return m
+}
+
+// adminHandler serves /healthz (the process is up), /readyz (PostgreSQL and the
+// store answer) and /metrics (Prometheus).
+func (s *Server) adminHandler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprintln(w, "ok")
+	})
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
+		ctx, cancel := context.WithTimeout(r.Context(), 5*time.Second)
+		defer cancel()
+		status := http.StatusOK
+		body := ""
+		for _, c := range s.deps.Readiness {
+			if err := c.Run(ctx); err != nil {
+				status = http.StatusServiceUnavailable
+				body += fmt.Sprintf("%s: %v\n", c.Name, err)
+			} else {
+				body += c.Name + ": ok\n"
+			}
+		}
+		w.WriteHeader(status)
+		fmt.Fprint(w, body)
+	})
+	mux.Handle("GET /metrics", promhttp.HandlerFor(s.metrics.reg, promhttp.HandlerOpts{}))
+	return mux
+}

@@ -1,0 +1,155 @@
+// Package gateway is fencegate's S3 front: the fasthttp server clients talk to,
+// and the admin listener (health, readiness, metrics). It knows nothing of SQL:
+// what it needs from the database reaches it through the interfaces in Deps.
+package gateway
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/valyala/fasthttp"
+)
+
+// Config is the gateway's own configuration.
+type Config struct {
+	Listen      string // S3 API address, e.g. 127.0.0.1:9000
+	AdminListen string // health, readiness and metrics; empty disables
+	TLSCert     string // serve the S3 API over TLS when both are set
+	TLSKey      string
+	// ShutdownGrace is how long in-flight requests may run after a shutdown
+	// starts before their connections are cut.
+	ShutdownGrace time.Duration
+}
+
+// Check is one named readiness probe (PostgreSQL reachable, store reachable).
+type Check struct {
+	Name string
+	Run  func(ctx context.Context) error
+}
+
+// Deps are what the gateway needs from the rest of the process.
+type Deps struct {
+	Log       *slog.Logger
+	Readiness []Check
+}
+
+// Server is a running gateway.
+type Server struct {
+	cfg     Config
+	deps    Deps
+	s3      *fasthttp.Server
+	s3Ln    net.Listener
+	admin   *http.Server
+	adminLn net.Listener
+	metrics *metrics
+	wg      sync.WaitGroup
+	errc    chan error
+}
+
+// New binds the listeners (so callers know the addresses at once) without
+// serving yet.
+func New(cfg Config, deps Deps) (*Server, error) {
+	if deps.Log == nil {
+		deps.Log = slog.Default()
+	}
+	if cfg.ShutdownGrace == 0 {
+		cfg.ShutdownGrace = 30 * time.Second
+	}
+	s := &Server{cfg: cfg, deps: deps, metrics: newMetrics(), errc: make(chan error, 2)}
+	ln, err := net.Listen("tcp", cfg.Listen)
+	if err != nil {
+		return nil, fmt.Errorf("S3 listener: %w", err)
+	}
+	if (cfg.TLSCert == "") != (cfg.TLSKey == "") {
+		ln.Close()
+		return nil, errors.New("TLS needs both a certificate and a key")
+	}
+	if cfg.TLSCert != "" {
+		cert, err := tls.LoadX509KeyPair(cfg.TLSCert, cfg.TLSKey)
+		if err != nil {
+			ln.Close()
+			return nil, fmt.Errorf("TLS: %w", err)
+		}
+		ln = tls.NewListener(ln, &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12})
+	}
+	s.s3Ln = ln
+	s.s3 = &fasthttp.Server{
+		Handler:                      s.handle,
+		Name:                         "fencegate",
+		NoDefaultServerHeader:        true,
+		NoDefaultContentType:         true,
+		NoDefaultDate:                false,
+		StreamRequestBody:            true,
+		DisablePreParseMultipartForm: true,
+		ReadTimeout:                  0,
+		IdleTimeout:                  2 * time.Minute,
+	}
+	if cfg.AdminListen != "" {
+		aln, err := net.Listen("tcp", cfg.AdminListen)
+		if err != nil {
+			ln.Close()
+			return nil, fmt.Errorf("admin listener: %w", err)
+		}
+		s.adminLn = aln
+		s.admin = &http.Server{Handler: s.adminHandler(), ReadHeaderTimeout: 10 * time.Second}
+	}
+	return s, nil
+}
+
+// Addr is the S3 API's bound address.
+func (s *Server) Addr() string { return s.s3Ln.Addr().String() }
+
+// AdminAddr is the admin listener's bound address ("" when disabled).
+func (s *Server) AdminAddr() string {
+	if s.adminLn == nil {
+		return ""
+	}
+	return s.adminLn.Addr().String()
+}
+
+// Serve runs until ctx is cancelled, then shuts down gracefully: it stops
+// accepting, lets in-flight requests finish up to ShutdownGrace, then cuts them.
+func (s *Server) Serve(ctx context.Context) error {
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		if err := s.s3.Serve(s.s3Ln); err != nil {
+			s.errc <- fmt.Errorf("S3 server: %w", err)
+		}
+	}()
+	if s.admin != nil {
+		s.wg.Add(1)
+		go func() {
+			defer s.wg.Done()
+			if err := s.admin.Serve(s.adminLn); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				s.errc <- fmt.Errorf("admin server: %w", err)
+			}
+		}()
+	}
+	var err error
+	select {
+	case <-ctx.Done():
+	case err = <-s.errc:
+	}
+	s.shutdown()
+	s.wg.Wait()
+	return err
+}
+
+func (s *Server) shutdown() {
+	sctx, cancel := context.WithTimeout(context.Background(), s.cfg.ShutdownGrace)
+	defer cancel()
+	if err := s.s3.ShutdownWithContext(sctx); err != nil {
+		s.deps.Log.Warn("shutdown grace ended with requests in flight; their connections were cut", "err", err)
+	}
+	if s.admin != nil {
+		_ = s.admin.Shutdown(sctx)
+	}
+}

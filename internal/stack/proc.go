@@ -1,0 +1,70 @@
+package stack
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"syscall"
+	"time"
+)
+
+// proc is a child server process whose output goes to a log file. It dies with
+// its parent (Pdeathsig), so a killed test run or `make run` leaves nothing behind,
+// and runs in its own process group, so Stop reaches whatever it forked.
+type proc struct {
+	name    string
+	cmd     *exec.Cmd
+	logPath string
+	logFile *os.File
+	exited  chan error // receives the exit once; Stop and start-up checks re-send it
+}
+
+func startProc(name, logPath string, cred *syscall.Credential, env []string, bin string, args ...string) (*proc, error) {
+	if err := os.MkdirAll(filepath.Dir(logPath), 0o755); err != nil {
+		return nil, err
+	}
+	logf, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return nil, err
+	}
+	cmd := exec.Command(bin, args...)
+	cmd.Stdout, cmd.Stderr = logf, logf
+	cmd.Env = env
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred, Pdeathsig: syscall.SIGKILL, Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		logf.Close()
+		return nil, fmt.Errorf("start %s: %w", name, err)
+	}
+	p := &proc{name: name, cmd: cmd, logPath: logPath, logFile: logf, exited: make(chan error, 1)}
+	go func() { p.exited <- cmd.Wait() }()
+	return p, nil
+}
+
+// logTail is the end of the process's log, for start-up error messages.
+func (p *proc) logTail() string {
+	b, _ := os.ReadFile(p.logPath)
+	return lastLines(string(b), 20)
+}
+
+// stop sends sig to the process group, waits up to grace, then kills the group.
+func (p *proc) stop(sig syscall.Signal, grace time.Duration) {
+	if p == nil {
+		return
+	}
+	_ = syscall.Kill(-p.cmd.Process.Pid, sig)
+	select {
+	case err := <-p.exited:
+		p.exited <- err
+	case <-time.After(grace):
+		_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
+		err := <-p.exited
+		p.exited <- err
+	}
+	// Children of the group that outlived their leader.
+	_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
+	p.logFile.Close()
+}
+
+// Pid is the process id, for tests that kill or inspect it.
+func (p *proc) Pid() int { return p.cmd.Process.Pid }
