@@ -1,0 +1,74 @@
+package sigv4
+
+import "testing"
+
+func TestCanonicalURI(t *testing.T) {
+	for in, want := range map[string]string{
+		"":                  "/",
+		"/":                 "/",
+		"/b/test$file.text": "/b/test%24file.text",
+		"/b/a%2fb":          "/b/a%2Fb",
+		"/b/a%2Fb//c":       "/b/a%2Fb//c",
+		"/b/a+b":            "/b/a%2Bb",
+		"/b/a%20b":          "/b/a%20b",
+		"/b/%7e~%41":        "/b/~~A",
+		"/b/100%":           "/b/100%25",
+		"/b/%zz":            "/b/%25zz",
+		"/b/é":              "/b/%C3%A9",
+		"/b/!*'()":          "/b/%21%2A%27%28%29",
+		"/b/./../x":         "/b/./../x",
+	} {
+		if got := string(appendCanonicalURI(nil, in)); got != want {
+			t.Errorf("%q: got %q want %q", in, got, want)
+		}
+	}
+}
+
+func TestCanonicalQuery(t *testing.T) {
+	var s scratchBuf
+	for in, want := range map[string]string{
+		"":                                 "",
+		"acl":                              "acl=",
+		"b=2&a=1&a=0":                      "a=0&a=1&b=2",
+		"k=a+b&k=a%2Bb":                    "k=a%20b&k=a%2Bb",
+		"prefix=&delimiter=/":              "delimiter=%2F&prefix=",
+		"&&x=1&":                           "x=1",
+		"X-Amz-Signature=abc&X-Amz-Date=1": "X-Amz-Date=1",
+		"%58-Amz-Signature=abc&z":          "z=",
+	} {
+		if got := string(appendCanonicalQuery(nil, in, "X-Amz-Signature", &s)); got != want {
+			t.Errorf("%q: got %q want %q", in, got, want)
+		}
+	}
+}
+
+func TestCanonicalHeaderValue(t *testing.T) {
+	for in, want := range map[string]string{
+		"  a   b  c ": "a b c",
+		"":            "",
+		"   ":         "",
+		"x":           "x",
+	} {
+		if got := string(appendHeaderValue(nil, in)); got != want {
+			t.Errorf("%q: got %q want %q", in, got, want)
+		}
+	}
+}
+
+func TestKeyCacheRotation(t *testing.T) {
+	var c keyCache
+	k1 := c.get("a", "s1", "20130524", "us-east-1", "s3")
+	k2 := c.get("a", "s2", "20130524", "us-east-1", "s3")
+	if k1 == k2 {
+		t.Fatal("rotated secret reused the cached key")
+	}
+	if k1 != deriveSigningKey("s1", "20130524", "us-east-1", "s3") {
+		t.Fatal("wrong key")
+	}
+	for i := range keyCacheMax + 10 {
+		c.get(string(rune(i)), "s", "20130524", "us-east-1", "s3")
+	}
+	if len(c.m) > keyCacheMax {
+		t.Fatalf("cache grew to %d", len(c.m))
+	}
+}

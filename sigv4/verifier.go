@@ -1,0 +1,265 @@
+package sigv4
+
+import (
+	"crypto/subtle"
+	"encoding/hex"
+	"errors"
+	"net/http"
+	"strings"
+	"time"
+)
+
+// HeaderField is one request header as received (name in any case).
+type HeaderField struct{ Name, Value string }
+
+// Request is what Verify needs of an HTTP request; the gateway fills it from
+// its server's request type without decoding anything.
+type Request struct {
+	Method   string
+	Host     string        // Host header value as sent
+	RawPath  string        // request-target path exactly as sent (still percent-encoded)
+	RawQuery string        // exactly as sent, without '?'
+	Headers  []HeaderField // all headers in received order; repeated names allowed
+}
+
+// SecretStore finds the secret for an access key id. It returns
+// ErrUnknownAccessKey (or an error wrapping it) for an unknown key.
+type SecretStore interface {
+	SecretKey(accessKeyID string) (secret string, err error)
+}
+
+// PayloadMode is how the body is protected, from x-amz-content-sha256.
+type PayloadMode uint8
+
+const (
+	PayloadSHA256                   PayloadMode = iota // a hex SHA-256 of the whole body
+	PayloadUnsigned                                    // UNSIGNED-PAYLOAD (and presigned URLs)
+	PayloadStreamingSigned                             // STREAMING-AWS4-HMAC-SHA256-PAYLOAD
+	PayloadStreamingSignedTrailer                      // STREAMING-AWS4-HMAC-SHA256-PAYLOAD-TRAILER
+	PayloadStreamingUnsignedTrailer                    // STREAMING-UNSIGNED-PAYLOAD-TRAILER
+)
+
+const (
+	modeUnsigned       = "UNSIGNED-PAYLOAD"
+	modeStreaming      = "STREAMING-AWS4-HMAC-SHA256-PAYLOAD"
+	modeStreamingTrail = "STREAMING-AWS4-HMAC-SHA256-PAYLOAD-TRAILER"
+	modeUnsignedTrail  = "STREAMING-UNSIGNED-PAYLOAD-TRAILER"
+	modeSigV4aPrefix   = "STREAMING-AWS4-ECDSA-P256-SHA256-PAYLOAD"
+)
+
+func (m PayloadMode) String() string {
+	switch m {
+	case PayloadSHA256:
+		return "SHA256"
+	case PayloadUnsigned:
+		return modeUnsigned
+	case PayloadStreamingSigned:
+		return modeStreaming
+	case PayloadStreamingSignedTrailer:
+		return modeStreamingTrail
+	case PayloadStreamingUnsignedTrailer:
+		return modeUnsignedTrail
+	}
+	return "unknown"
+}
+
+// Chunked reports whether the body is aws-chunked encoded.
+func (m PayloadMode) Chunked() bool { return m >= PayloadStreamingSigned }
+
+// Verifier authenticates SigV4 requests. Secrets is required; the other
+// fields have defaults. A Verifier must not be copied after first use (it
+// holds the signing-key cache) and is safe for concurrent use.
+type Verifier struct {
+	Secrets SecretStore
+	Region  string           // "" accepts any region in the credential scope
+	Service string           // default "s3"
+	MaxSkew time.Duration    // default 15 min
+	Now     func() time.Time // default time.Now
+
+	keys keyCache
+}
+
+const defaultMaxSkew = 15 * time.Minute
+
+// maxPresignExpires is S3's one-week limit for X-Amz-Expires.
+const maxPresignExpires = 604800
+
+func (v *Verifier) service() string {
+	if v.Service == "" {
+		return "s3"
+	}
+	return v.Service
+}
+
+func (v *Verifier) maxSkew() time.Duration {
+	if v.MaxSkew <= 0 {
+		return defaultMaxSkew
+	}
+	return v.MaxSkew
+}
+
+func (v *Verifier) now() time.Time {
+	if v.Now == nil {
+		return time.Now()
+	}
+	return v.Now()
+}
+
+// Verify authenticates r from its headers and query alone, before the body
+// is read. It returns an *Error for every refusal; a request with no
+// authentication at all gets AccessDenied wrapping ErrNoCredentials.
+func (v *Verifier) Verify(r *Request) (*Auth, error) {
+	var h headerScan
+	h.scan(r.Headers)
+	presign := hasPresignParams(r.RawQuery)
+	switch {
+	case h.nAuth > 0:
+		if presign != presignNone {
+			return nil, errInvalidArgument("Only one auth mechanism allowed; only the X-Amz-Algorithm query parameter, Signature query string parameter or the Authorization header should be specified",
+				"Authorization", h.authorization)
+		}
+		return v.verifyHeader(r, &h)
+	case presign == presignV4:
+		return v.verifyPresigned(r, &h)
+	case presign == presignV2:
+		return nil, errNotImplemented("AWS Signature Version 2 (AWSAccessKeyId query parameter) is not supported; sign requests with AWS Signature Version 4.")
+	}
+	e := errAccessDenied("Access Denied")
+	e.cause = ErrNoCredentials
+	return nil, e
+}
+
+// credential is a parsed "AKID/date/region/service/aws4_request".
+type credential struct {
+	akid, scope, date, region, service, term string
+}
+
+func parseCredential(s string) (credential, bool) {
+	var c credential
+	i := strings.IndexByte(s, '/')
+	if i <= 0 {
+		return c, false
+	}
+	c.akid, c.scope = s[:i], s[i+1:]
+	parts := c.scope
+	var ok bool
+	if c.date, parts, ok = strings.Cut(parts, "/"); !ok {
+		return c, false
+	}
+	if c.region, parts, ok = strings.Cut(parts, "/"); !ok {
+		return c, false
+	}
+	if c.service, c.term, ok = strings.Cut(parts, "/"); !ok || strings.IndexByte(c.term, '/') >= 0 {
+		return c, false
+	}
+	return c, true
+}
+
+// checkScope validates the credential scope against the request date and
+// the verifier's configuration; mk builds the error for the auth kind.
+func (v *Verifier) checkScope(c *credential, amzDate string, mk func(string, ...any) *Error) *Error {
+	if len(c.date) != 8 || c.date != amzDate[:8] {
+		return mk("Invalid credential date \"%s\". Date is not the same as X-Amz-Date: \"%s\".", c.date, amzDate[:8])
+	}
+	if v.Region != "" && c.region != v.Region {
+		e := mk("the region '%s' is wrong; expecting '%s'", c.region, v.Region)
+		e.Fields = append(e.Fields, Field{"Region", v.Region})
+		return e
+	}
+	if c.region == "" {
+		return mk("the Credential is mal-formed; the region is empty")
+	}
+	if c.service != v.service() {
+		return mk("the service '%s' is wrong; expecting '%s'", c.service, v.service())
+	}
+	if c.term != terminator {
+		return mk("incorrect terminal '%s'. This endpoint uses '%s'.", c.term, terminator)
+	}
+	return nil
+}
+
+// checkSignature recomputes the request signature and compares it with the
+// one provided, in constant time. On success it returns the signing key.
+func (v *Verifier) checkSignature(r *Request, c *credential, amzDate, signedHeaders, payloadHash, skipQuery string, provided *[32]byte, providedHex string) ([32]byte, error) {
+	secret, err := v.Secrets.SecretKey(c.akid)
+	if err != nil {
+		if errors.Is(err, ErrUnknownAccessKey) {
+			return [32]byte{}, errInvalidAccessKey(c.akid, err)
+		}
+		e := newErr(CodeInternalError, http.StatusInternalServerError, "We encountered an internal error. Please try again.")
+		e.cause = err
+		return [32]byte{}, e
+	}
+	key := v.keys.get(c.akid, secret, c.date, c.region, c.service)
+
+	s := scratchPool.Get().(*scratchBuf)
+	defer putScratch(s)
+	canon := append(s.canon[:0], r.Method...)
+	canon = append(canon, '\n')
+	canon = appendCanonicalURI(canon, r.RawPath)
+	canon = append(canon, '\n')
+	canon = appendCanonicalQuery(canon, r.RawQuery, skipQuery, s)
+	canon = append(canon, '\n')
+	canon = appendCanonicalHeaders(canon, r, signedHeaders)
+	canon = append(canon, '\n')
+	canon = append(canon, signedHeaders...)
+	canon = append(canon, '\n')
+	canon = append(canon, payloadHash...)
+
+	sts := append(s.sts[:0], make([]byte, 64)...)
+	sts = appendStringToSignPrefix(sts, amzDate, c.scope)
+	sts = appendHexSum(sts, canon)
+	s.canon, s.sts = canon, sts
+	want := hmacPadded(&key, sts)
+	if subtle.ConstantTimeCompare(want[:], provided[:]) != 1 {
+		return [32]byte{}, newErr(CodeSignatureDoesNotMatch, http.StatusForbidden,
+			"The request signature we calculated does not match the signature you provided. Check your key and signing method.",
+			Field{"AWSAccessKeyId", c.akid},
+			Field{"StringToSign", string(sts[64:])},
+			Field{"SignatureProvided", providedHex},
+			Field{"CanonicalRequest", string(canon)})
+	}
+	return key, nil
+}
+
+func decodeSig(s string, dst *[32]byte) bool {
+	if len(s) != 64 {
+		return false
+	}
+	_, err := hex.Decode(dst[:], []byte(s))
+	return err == nil
+}
+
+// signedHeadersContain reports whether the ';'-list contains name.
+func signedHeadersContain(list, name string) bool {
+	for list != "" {
+		var n string
+		n, list, _ = strings.Cut(list, ";")
+		if strings.EqualFold(n, name) {
+			return true
+		}
+	}
+	return false
+}
+
+// validSignedHeaders checks the list's syntax: non-empty names of token bytes.
+func validSignedHeaders(list string) bool {
+	if list == "" {
+		return false
+	}
+	for list != "" {
+		var n string
+		var more bool
+		n, list, more = strings.Cut(list, ";")
+		if n == "" || (more && list == "") {
+			return false
+		}
+		for i := 0; i < len(n); i++ {
+			c := n[i]
+			if c <= ' ' || c >= 0x7f || c == ':' || c == ',' {
+				return false
+			}
+		}
+	}
+	return true
+}
