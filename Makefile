@@ -11,7 +11,7 @@ FUZZTIME     ?= 60s
 
 export CGO_ENABLED ?= 0
 
-.PHONY: build run test test-short bench fuzz lint stores clean
+.PHONY: build run test test-short bench fuzz lint stores clean memcheck
 
 build:
 	$(GO) build -o $(BIN) ./cmd/fencegate
@@ -48,3 +48,8 @@ stores: build
 
 clean:
 	rm -rf bin
+
+# A 2 GiB PUT and GET through a gateway process: peak RSS growth must stay
+# under 64 MiB (prints the numbers).
+memcheck: build
+	FENCEGATE_MEMCHECK=1 ./$(BIN) dev exec -- $(GO) test -count=1 -v -run TestMemoryStreaming2GiB ./conformance

@@ -12,6 +12,10 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/aws/aws-sdk-go-v2/service/s3"
+
+	"github.com/fencegate/fencegate/internal/stack"
 )
 
 // `make run` is `fencegate dev run`: it must come up with a health endpoint and
@@ -41,7 +45,7 @@ func TestDevRunComesUpAndStopsClean(t *testing.T) {
 			t.Fatalf("%s lacks %s:\n%v", envPath, name, env)
 		}
 	}
-	for _, u := range []string{env["FENCEGATE_ADMIN_ENDPOINT"] + "/healthz", env["FENCEGATE_ADMIN_ENDPOINT"] + "/readyz", env["FENCEGATE_ENDPOINT"] + "/healthz"} {
+	for _, u := range []string{env["FENCEGATE_ADMIN_ENDPOINT"] + "/healthz", env["FENCEGATE_ADMIN_ENDPOINT"] + "/readyz"} {
 		resp, err := http.Get(u)
 		if err != nil {
 			t.Fatal(err)
@@ -50,6 +54,11 @@ func TestDevRunComesUpAndStopsClean(t *testing.T) {
 		if resp.StatusCode != http.StatusOK {
 			t.Fatalf("GET %s: %s", u, resp.Status)
 		}
+	}
+	// The env file's key works against the env file's endpoint.
+	ep := stack.Endpoint{URL: env["FENCEGATE_ENDPOINT"], AccessKey: env["AWS_ACCESS_KEY_ID"], SecretKey: env["AWS_SECRET_ACCESS_KEY"], Region: env["AWS_DEFAULT_REGION"]}
+	if _, err := ep.S3Client().ListBuckets(context.Background(), &s3.ListBucketsInput{}); err != nil {
+		t.Fatalf("ListBuckets with the env file's key: %v", err)
 	}
 	if !strings.Contains(out.String(), "aws --endpoint-url") {
 		t.Fatalf("no ready-to-paste aws command in the output:\n%s", out.String())

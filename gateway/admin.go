@@ -12,8 +12,12 @@ import (
 )
 
 type metrics struct {
-	reg      *prometheus.Registry
-	requests *prometheus.CounterVec
+	reg            *prometheus.Registry
+	requests       *prometheus.CounterVec
+	latency        *prometheus.HistogramVec
+	bytesIn        *prometheus.CounterVec
+	bytesOut       *prometheus.CounterVec
+	upstreamErrors *prometheus.CounterVec
 }
 
 func newMetrics() *metrics {
@@ -25,7 +29,20 @@ func newMetrics() *metrics {
 			Name: "fencegate_requests_total", Help: "S3 requests by operation and HTTP status.",
 		}, []string{"op", "status"}),
 	}
-	reg.MustRegister(m.requests)
+	m.latency = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name: "fencegate_request_duration_seconds", Help: "Time from request headers to the end of the response, by operation.",
+		Buckets: prometheus.ExponentialBuckets(0.0005, 2, 18),
+	}, []string{"op"})
+	m.bytesIn = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "fencegate_request_body_bytes_total", Help: "Object bytes received from clients, by operation.",
+	}, []string{"op"})
+	m.bytesOut = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "fencegate_response_body_bytes_total", Help: "Bytes relayed to clients, by operation.",
+	}, []string{"op"})
+	m.upstreamErrors = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "fencegate_upstream_errors_total", Help: "Requests the store did not answer (network errors, timeouts), by operation.",
+	}, []string{"op"})
+	reg.MustRegister(m.requests, m.latency, m.bytesIn, m.bytesOut, m.upstreamErrors)
 	return m
 }
 

@@ -1,35 +1,119 @@
 package gateway
 
 import (
-	"encoding/xml"
+	"errors"
 	"net/http"
+	"strconv"
 
 	"github.com/valyala/fasthttp"
+
+	"github.com/fencegate/fencegate/sigv4"
 )
 
-// s3Error is an error answer in S3's XML form.
-type s3Error struct {
+// apiError is an error answer in S3's form: code, status, message and any extra
+// elements (StringToSign, RequestTime, ...).
+type apiError struct {
 	Code    string
 	Status  int
 	Message string
+	Fields  []sigv4.Field
+	// closeConn: the request body may still be on the wire unread.
+	closeConn bool
 }
 
-var errNotImplemented = s3Error{Code: "NotImplemented", Status: http.StatusNotImplemented,
-	Message: "A header or operation you provided implies functionality that is not implemented."}
+func (e *apiError) Error() string { return e.Code + ": " + e.Message }
 
-type xmlError struct {
-	XMLName   xml.Name `xml:"Error"`
-	Code      string
-	Message   string
-	Resource  string `xml:",omitempty"`
-	RequestID string `xml:"RequestId,omitempty"`
+func newAPIError(code string, status int, msg string) *apiError {
+	return &apiError{Code: code, Status: status, Message: msg}
+}
+
+var (
+	errNotImplemented = newAPIError("NotImplemented", http.StatusNotImplemented,
+		"A header or operation you provided implies functionality that is not implemented.")
+	errAccessDenied         = newAPIError("AccessDenied", http.StatusForbidden, "Access Denied")
+	errInvalidBucketName    = newAPIError("InvalidBucketName", http.StatusBadRequest, "The specified bucket is not valid.")
+	errInvalidURI           = newAPIError("InvalidURI", http.StatusBadRequest, "Couldn't parse the specified URI.")
+	errMissingContentLength = newAPIError("MissingContentLength", http.StatusLengthRequired, "You must provide the Content-Length HTTP header.")
+	errMaxMessageLength     = newAPIError("MaxMessageLengthExceeded", http.StatusBadRequest, "Your request was too big.")
+	errRequestTimeout       = newAPIError("RequestTimeout", http.StatusBadRequest,
+		"Your socket connection to the server was not read from or written to within the timeout period.")
+	errInternal       = newAPIError("InternalError", http.StatusInternalServerError, "We encountered an internal error. Please try again.")
+	errStoreUnreached = newAPIError("ServiceUnavailable", http.StatusServiceUnavailable, "The store behind the gateway did not answer. Please try again.")
+	errBackendAuth    = newAPIError("InternalError", http.StatusInternalServerError,
+		"The gateway's own credentials for the store are misconfigured; the operator has been told in the log.")
+)
+
+// asAPIError turns any error into the S3 answer for it. Errors that are not
+// already S3 errors are internal: their text is logged, never sent.
+func asAPIError(err error) *apiError {
+	var ae *apiError
+	if errors.As(err, &ae) {
+		return ae
+	}
+	var se *sigv4.Error
+	if errors.As(err, &se) {
+		return &apiError{Code: se.Code, Status: se.Status, Message: se.Message, Fields: se.Fields}
+	}
+	return errInternal
 }
 
 // writeError is the one place S3 error bodies are rendered.
-func writeError(ctx *fasthttp.RequestCtx, e s3Error) {
-	body, _ := xml.Marshal(xmlError{Code: e.Code, Message: e.Message, Resource: string(ctx.Path())})
+func writeError(ctx *fasthttp.RequestCtx, requestID string, e *apiError) {
 	ctx.Response.Reset()
+	ctx.Response.Header.DisableNormalizing()
 	ctx.SetStatusCode(e.Status)
+	ctx.Response.Header.Set("x-amz-request-id", requestID)
+	if e.closeConn {
+		ctx.SetConnectionClose()
+	}
+	if ctx.IsHead() {
+		// A HEAD answer has no body; S3 clients read the status alone.
+		return
+	}
 	ctx.SetContentType("application/xml")
-	ctx.SetBody(append([]byte(xml.Header), body...))
+	b := make([]byte, 0, 256)
+	b = append(b, `<?xml version="1.0" encoding="UTF-8"?>`+"\n<Error><Code>"...)
+	b = appendXMLEscaped(b, e.Code)
+	b = append(b, "</Code><Message>"...)
+	b = appendXMLEscaped(b, e.Message)
+	b = append(b, "</Message>"...)
+	for _, f := range e.Fields {
+		b = append(b, '<')
+		b = append(b, f.Name...)
+		b = append(b, '>')
+		b = appendXMLEscaped(b, f.Value)
+		b = append(b, "</"...)
+		b = append(b, f.Name...)
+		b = append(b, '>')
+	}
+	b = append(b, "<Resource>"...)
+	b = appendXMLEscaped(b, string(ctx.Request.URI().PathOriginal()))
+	b = append(b, "</Resource><RequestId>"...)
+	b = append(b, requestID...)
+	b = append(b, "</RequestId></Error>"...)
+	ctx.SetBody(b)
+}
+
+func appendXMLEscaped(b []byte, s string) []byte {
+	for i := 0; i < len(s); i++ {
+		switch c := s[i]; c {
+		case '<':
+			b = append(b, "&lt;"...)
+		case '>':
+			b = append(b, "&gt;"...)
+		case '&':
+			b = append(b, "&amp;"...)
+		case '"':
+			b = append(b, "&quot;"...)
+		case '\'':
+			b = append(b, "&apos;"...)
+		case '\r', '\n', '\t':
+			b = append(b, "&#"...)
+			b = strconv.AppendInt(b, int64(c), 10)
+			b = append(b, ';')
+		default:
+			b = append(b, c)
+		}
+	}
+	return b
 }

@@ -1,22 +1,124 @@
 package gateway
 
 import (
+	"log/slog"
 	"strconv"
+	"time"
 
 	"github.com/valyala/fasthttp"
 )
 
-// handle answers every S3 request. Until pass-through lands, the S3 listener
-// answers its own health check and refuses everything else with S3's
-// NotImplemented error, so no client mistakes it for a working store.
-func (s *Server) handle(ctx *fasthttp.RequestCtx) {
-	op := "unsupported"
-	if string(ctx.Path()) == "/healthz" && ctx.IsGet() {
-		op = "healthz"
-		ctx.SetStatusCode(fasthttp.StatusOK)
-		ctx.SetBodyString("ok\n")
-	} else {
-		writeError(ctx, errNotImplemented)
+// expect answers `Expect: 100-continue` only after the request is admitted; a
+// refused one gets its S3 error instead (not a bare 417) and its connection
+// closed, its body never read.
+func (s *Server) expect(ctx *fasthttp.RequestCtx) int {
+	r, e := s.admit(ctx)
+	if e != nil {
+		s.refuse(ctx, r, withClose(e))
+		return e.Status
 	}
-	s.metrics.requests.WithLabelValues(op, strconv.Itoa(ctx.Response.StatusCode())).Inc()
+	ctx.SetUserValue(requestStateKey, r)
+	return fasthttp.StatusContinue
+}
+
+// handle serves every S3 request.
+func (s *Server) handle(ctx *fasthttp.RequestCtx) {
+	r, _ := ctx.UserValue(requestStateKey).(*request)
+	if r == nil {
+		var e *apiError
+		if r, e = s.admit(ctx); e != nil {
+			if hasBody(ctx) {
+				e = withClose(e) // up to 8 KiB of it may be read already; the rest is not
+			}
+			s.refuse(ctx, r, e)
+			return
+		}
+	}
+	defer func() {
+		if p := recover(); p != nil {
+			s.deps.Log.Error("panic serving request", "request_id", r.id, "op", r.op.Name, "panic", p)
+			writeError(ctx, r.id, withClose(errInternal))
+			s.finish(ctx, r, nil)
+		}
+	}()
+	if e := s.dispatch(ctx, r); e != nil {
+		writeError(ctx, r.id, e)
+		s.finish(ctx, r, e)
+		return
+	}
+	if r.out != nil {
+		// The body streams after the handler returns: log when it is done.
+		r.out.onClose = func(int64) { s.finish(ctx, r, nil) }
+		return
+	}
+	s.finish(ctx, r, nil)
+}
+
+func hasBody(ctx *fasthttp.RequestCtx) bool {
+	return ctx.Request.Header.ContentLength() != 0
+}
+
+func (s *Server) refuse(ctx *fasthttp.RequestCtx, r *request, e *apiError) {
+	writeError(ctx, r.id, e)
+	s.finish(ctx, r, e)
+}
+
+// finish records the request's metrics and its one log line.
+func (s *Server) finish(ctx *fasthttp.RequestCtx, r *request, e *apiError) {
+	status := ctx.Response.StatusCode()
+	op := r.op.Name
+	if op == "" {
+		op = "unrouted"
+	}
+	elapsed := time.Since(r.start)
+	var out int64
+	if r.out != nil {
+		out = r.out.n
+	}
+	m := s.metrics
+	m.requests.WithLabelValues(op, strconv.Itoa(status)).Inc()
+	m.latency.WithLabelValues(op).Observe(elapsed.Seconds())
+	m.bytesIn.WithLabelValues(op).Add(float64(r.bytesIn))
+	m.bytesOut.WithLabelValues(op).Add(float64(out))
+	attrs := []slog.Attr{
+		slog.String("request_id", r.id), slog.String("op", op), slog.String("method", string(ctx.Method())),
+		slog.String("bucket", r.bucket), slog.String("key", r.key), slog.Int("status", status),
+		slog.Int64("bytes_in", r.bytesIn), slog.Int64("bytes_out", out),
+		slog.Float64("ms", float64(elapsed.Microseconds())/1000), slog.String("remote", ctx.RemoteAddr().String()),
+	}
+	if r.auth != nil {
+		attrs = append(attrs, slog.String("access_key", r.auth.AccessKeyID))
+	}
+	if e != nil {
+		attrs = append(attrs, slog.String("error", e.Code))
+	}
+	s.deps.Log.LogAttrs(ctx, slog.LevelInfo, "request", attrs...)
+}
+
+// dispatch runs the write protocol for the operations it covers and passes
+// everything else through.
+func (s *Server) dispatch(ctx *fasthttp.RequestCtx, r *request) *apiError {
+	if s.leases != nil {
+		switch r.op.Name {
+		case "PutObject":
+			return s.putObject(ctx, r)
+		case "CopyObject":
+			return s.copyObject(ctx, r)
+		case "CompleteMultipartUpload":
+			return s.completeUpload(ctx, r)
+		case "DeleteObject":
+			return s.deleteObject(ctx, r)
+		case "DeleteObjects":
+			return s.deleteObjects(ctx, r)
+		case "CreateMultipartUpload":
+			return s.createUpload(ctx, r)
+		case "AbortMultipartUpload":
+			return s.abortUpload(ctx, r)
+		}
+	}
+	e := s.forward(ctx, r)
+	if e == nil && (r.op.Name == "CreateBucket" || r.op.Name == "DeleteBucket") {
+		s.bucketChanged(r, ctx.Response.StatusCode())
+	}
+	return e
 }

@@ -14,7 +14,11 @@ import (
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/valyala/fasthttp"
+
+	"github.com/fencegate/fencegate/lease"
+	"github.com/fencegate/fencegate/sigv4"
 )
 
 // Config is the gateway's own configuration.
@@ -26,6 +30,16 @@ type Config struct {
 	// ShutdownGrace is how long in-flight requests may run after a shutdown
 	// starts before their connections are cut.
 	ShutdownGrace time.Duration
+	// Domains enable virtual-host addressing: bucket.<domain>.
+	Domains []string
+	// Region clients must sign for ("" accepts any).
+	Region string
+	// BodyStallTimeout ends a request body that sends nothing for this long
+	// with S3's RequestTimeout.
+	BodyStallTimeout time.Duration
+	// KeyPollInterval is how often the access-key version is checked.
+	KeyPollInterval time.Duration
+	Backend         Backend
 }
 
 // Check is one named readiness probe (PostgreSQL reachable, store reachable).
@@ -36,33 +50,67 @@ type Check struct {
 
 // Deps are what the gateway needs from the rest of the process.
 type Deps struct {
-	Log       *slog.Logger
+	Log  *slog.Logger
+	Keys KeySource
+	// Leases runs the write protocol; nil passes writes through unfenced and
+	// unrecorded (the store-only mode the benchmark's baseline needs is not
+	// this: fencegate always runs with it in production).
+	Leases    *lease.Manager
+	Tracker   Tracker
 	Readiness []Check
 }
 
 // Server is a running gateway.
 type Server struct {
-	cfg     Config
-	deps    Deps
-	s3      *fasthttp.Server
-	s3Ln    net.Listener
-	admin   *http.Server
-	adminLn net.Listener
-	metrics *metrics
-	wg      sync.WaitGroup
-	errc    chan error
+	cfg      Config
+	deps     Deps
+	s3       *fasthttp.Server
+	s3Ln     net.Listener
+	admin    *http.Server
+	adminLn  net.Listener
+	metrics  *metrics
+	keys     *keyCache
+	verifier *sigv4.Verifier
+	backend  *backend
+	store    storeView
+	leases   *lease.Manager
+	wg       sync.WaitGroup
+	errc     chan error
 }
 
-// New binds the listeners (so callers know the addresses at once) without
-// serving yet.
-func New(cfg Config, deps Deps) (*Server, error) {
+// New loads the access keys and binds the listeners (so callers know the
+// addresses at once) without serving yet.
+func New(ctx context.Context, cfg Config, deps Deps) (*Server, error) {
 	if deps.Log == nil {
 		deps.Log = slog.Default()
 	}
 	if cfg.ShutdownGrace == 0 {
 		cfg.ShutdownGrace = 30 * time.Second
 	}
+	if cfg.BodyStallTimeout == 0 {
+		cfg.BodyStallTimeout = 20 * time.Second
+	}
+	if cfg.KeyPollInterval == 0 {
+		cfg.KeyPollInterval = 2 * time.Second
+	}
 	s := &Server{cfg: cfg, deps: deps, metrics: newMetrics(), errc: make(chan error, 2)}
+	keys, err := newKeyCache(ctx, deps.Keys, deps.Log)
+	if err != nil {
+		return nil, fmt.Errorf("load access keys: %w", err)
+	}
+	s.keys = keys
+	s.verifier = &sigv4.Verifier{Secrets: keys, Region: cfg.Region}
+	if s.backend, err = newBackend(cfg.Backend); err != nil {
+		return nil, fmt.Errorf("backend: %w", err)
+	}
+	s.store = storeView{b: s.backend}
+	s.leases = deps.Leases
+	if s.leases != nil {
+		if deps.Tracker == nil {
+			return nil, errors.New("the write protocol needs a Tracker")
+		}
+		s.leases.Metrics.Register(s.metrics.reg)
+	}
 	ln, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {
 		return nil, fmt.Errorf("S3 listener: %w", err)
@@ -81,15 +129,20 @@ func New(cfg Config, deps Deps) (*Server, error) {
 	}
 	s.s3Ln = ln
 	s.s3 = &fasthttp.Server{
-		Handler:                      s.handle,
-		Name:                         "fencegate",
-		NoDefaultServerHeader:        true,
-		NoDefaultContentType:         true,
-		NoDefaultDate:                false,
-		StreamRequestBody:            true,
-		DisablePreParseMultipartForm: true,
-		ReadTimeout:                  0,
-		IdleTimeout:                  2 * time.Minute,
+		Handler:                       s.handle,
+		ExpectHandler:                 s.expect,
+		Name:                          "fencegate",
+		DisableHeaderNamesNormalizing: true,
+		NoDefaultServerHeader:         true,
+		NoDefaultContentType:          true,
+		StreamRequestBody:             true,
+		DisablePreParseMultipartForm:  true,
+		// Bodies are streamed, so no size limit applies here; stalls are caught
+		// per read (BodyStallTimeout).
+		MaxRequestBodySize: 1 << 62,
+		ReadBufferSize:     16 << 10,
+		IdleTimeout:        2 * time.Minute,
+		CloseOnShutdown:    true,
 	}
 	if cfg.AdminListen != "" {
 		aln, err := net.Listen("tcp", cfg.AdminListen)
@@ -117,6 +170,9 @@ func (s *Server) AdminAddr() string {
 // Serve runs until ctx is cancelled, then shuts down gracefully: it stops
 // accepting, lets in-flight requests finish up to ShutdownGrace, then cuts them.
 func (s *Server) Serve(ctx context.Context) error {
+	pollCtx, stopPoll := context.WithCancel(context.Background())
+	defer stopPoll()
+	go s.keys.poll(pollCtx, s.cfg.KeyPollInterval)
 	s.wg.Add(1)
 	go func() {
 		defer s.wg.Done()
@@ -153,3 +209,10 @@ func (s *Server) shutdown() {
 		_ = s.admin.Shutdown(sctx)
 	}
 }
+
+// Store is the gateway's view of the store for the write protocol and the
+// reconciler.
+func (s *Server) Store() lease.Store { return s.store }
+
+// Registry is where components add their metrics (the lease counters).
+func (s *Server) Registry() *prometheus.Registry { return s.metrics.reg }

@@ -16,6 +16,7 @@ import (
 	"github.com/fencegate/fencegate/gateway"
 	"github.com/fencegate/fencegate/internal/stack"
 	"github.com/fencegate/fencegate/internal/testenv"
+	"github.com/fencegate/fencegate/lease"
 	"github.com/fencegate/fencegate/meta"
 )
 
@@ -173,9 +174,11 @@ func devRun(ctx context.Context, args []string) error {
 	}
 	cfg := serveConfig{
 		Config:      gatewayConfig(st),
-		DatabaseURL: dbURL, ServerKey: st.ServerKey, Region: "us-east-1",
+		DatabaseURL: dbURL, ServerKey: st.ServerKey, Region: "", Domains: "localhost",
 		BackendURL: sw.URL, BackendKey: st.StoreAccess, BackendSecret: st.StoreSecret, BackendRegion: "us-east-1",
 		LogLevel: logLevel, DBMaxConns: 32, DBQueryTimeout: 10 * time.Second,
+		Lease:     lease.Config{TTL: 60 * time.Second, RenewEvery: 20 * time.Second, Margin: 10 * time.Second, WaitMax: 10 * time.Second, DBTimeout: 5 * time.Second},
+		Reconcile: 20 * time.Second,
 	}
 	return runServe(ctx, cfg, func(s3Addr, adminAddr string) {
 		endpoint := "http://" + s3Addr

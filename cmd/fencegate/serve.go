@@ -15,6 +15,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 
 	"github.com/fencegate/fencegate/gateway"
+	"github.com/fencegate/fencegate/internal/wiring"
+	"github.com/fencegate/fencegate/lease"
 	"github.com/fencegate/fencegate/meta"
 )
 
@@ -29,10 +31,13 @@ type serveConfig struct {
 	BackendKey     string
 	BackendSecret  string
 	BackendRegion  string
+	Domains        string
 	LogLevel       string
 	Migrate        bool
 	DBMaxConns     int
 	DBQueryTimeout time.Duration
+	Lease          lease.Config
+	Reconcile      time.Duration
 }
 
 func (c *serveConfig) define(f envFlags) {
@@ -43,11 +48,19 @@ func (c *serveConfig) define(f envFlags) {
 	f.Duration(&c.ShutdownGrace, "shutdown-grace", "FENCEGATE_SHUTDOWN_GRACE", 30*time.Second, "how long in-flight requests may finish after SIGTERM")
 	f.database(&c.DatabaseURL)
 	f.serverKey(&c.ServerKey, &c.ServerKeyFile)
-	f.String(&c.Region, "region", "FENCEGATE_REGION", "us-east-1", "region clients must sign for (empty accepts any)")
+	f.String(&c.Region, "region", "FENCEGATE_REGION", "", "region clients must sign for (empty: any region, as the store decides)")
 	f.String(&c.BackendURL, "backend-endpoint", "FENCEGATE_BACKEND_ENDPOINT", "", "URL of the S3 store behind the gateway")
 	f.String(&c.BackendKey, "backend-access-key", "FENCEGATE_BACKEND_ACCESS_KEY_ID", "", "the gateway's own access key at the store")
 	f.String(&c.BackendSecret, "backend-secret-key", "FENCEGATE_BACKEND_SECRET_ACCESS_KEY", "", "the gateway's own secret key at the store")
 	f.String(&c.BackendRegion, "backend-region", "FENCEGATE_BACKEND_REGION", "us-east-1", "region the gateway signs for at the store")
+	f.String(&c.Domains, "domains", "FENCEGATE_DOMAINS", "", "comma-separated domains for virtual-host addressing (bucket.DOMAIN)")
+	f.Duration(&c.BodyStallTimeout, "body-stall-timeout", "FENCEGATE_BODY_STALL_TIMEOUT", 20*time.Second, "a request body that sends nothing for this long ends with RequestTimeout")
+	f.Duration(&c.Lease.TTL, "lease-ttl", "FENCEGATE_LEASE_TTL", 60*time.Second, "key lease lifetime (on PostgreSQL's clock)")
+	f.Duration(&c.Lease.RenewEvery, "lease-renew", "FENCEGATE_LEASE_RENEW", 20*time.Second, "lease renewal period while a write is outstanding")
+	f.Duration(&c.Lease.Margin, "lease-margin", "FENCEGATE_LEASE_MARGIN", 10*time.Second, "local deadline = last renewal's send time + TTL - margin")
+	f.Duration(&c.Lease.WaitMax, "lease-wait", "FENCEGATE_LEASE_WAIT", 10*time.Second, "how long a writer waits for a leased key before 503 SlowDown")
+	f.Duration(&c.Lease.DBTimeout, "db-timeout", "FENCEGATE_DB_TIMEOUT", 5*time.Second, "client-side bound on every database call of the write protocol")
+	f.Duration(&c.Reconcile, "reconcile-interval", "FENCEGATE_RECONCILE_INTERVAL", 20*time.Second, "reconciler period (a scan also runs at start-up)")
 	f.String(&c.LogLevel, "log-level", "FENCEGATE_LOG_LEVEL", "info", "debug, info, warn or error")
 	f.Bool(&c.Migrate, "migrate", "FENCEGATE_MIGRATE", false, "apply database migrations at start-up")
 	f.Int(&c.DBMaxConns, "db-max-conns", "FENCEGATE_DB_MAX_CONNS", 32, "PostgreSQL connection pool size")
@@ -97,7 +110,12 @@ func runServe(ctx context.Context, cfg serveConfig, started func(s3Addr, adminAd
 	if err != nil {
 		return err
 	}
-	if _, err := meta.ParseServerKey(keyText); err != nil {
+	serverKey, err := meta.ParseServerKey(keyText)
+	if err != nil {
+		return err
+	}
+	sealer, err := meta.NewSealer(serverKey)
+	if err != nil {
 		return err
 	}
 	pool, err := meta.Open(ctx, cfg.DatabaseURL, meta.PoolConfig{
@@ -117,8 +135,23 @@ func runServe(ctx context.Context, cfg serveConfig, started func(s3Addr, adminAd
 		return err
 	}
 	store := backendClient(cfg)
-	srv, err := gateway.New(cfg.Config, gateway.Deps{
-		Log: log,
+	gcfg := cfg.Config
+	gcfg.Region = cfg.Region
+	gcfg.Backend = gateway.Backend{Endpoint: cfg.BackendURL, AccessKey: cfg.BackendKey, SecretKey: cfg.BackendSecret, Region: cfg.BackendRegion}
+	for _, d := range strings.Split(cfg.Domains, ",") {
+		if d = strings.TrimSpace(d); d != "" {
+			gcfg.Domains = append(gcfg.Domains, d)
+		}
+	}
+	if err := cfg.Lease.Validate(); err != nil {
+		return err
+	}
+	leases, tracker := wiring.Protocol(pool, cfg.Lease)
+	srv, err := gateway.New(ctx, gcfg, gateway.Deps{
+		Log:     log,
+		Leases:  leases,
+		Tracker: tracker,
+		Keys:    wiring.KeySource{Keys: &meta.Keys{Pool: pool, Sealer: sealer}},
 		Readiness: []gateway.Check{
 			{Name: "postgres", Run: func(ctx context.Context) error { return pool.Ping(ctx) }},
 			{Name: "store", Run: func(ctx context.Context) error {
@@ -130,6 +163,10 @@ func runServe(ctx context.Context, cfg serveConfig, started func(s3Addr, adminAd
 	if err != nil {
 		return err
 	}
+	rec := lease.NewReconciler(lease.ReconcilerConfig{Interval: cfg.Reconcile}, leases, srv.Store(), log)
+	recCtx, stopRec := context.WithCancel(ctx)
+	defer stopRec()
+	go rec.Run(recCtx)
 	log.Info("fencegate serving", "s3", srv.Addr(), "admin", srv.AdminAddr(), "backend", cfg.BackendURL)
 	if started != nil {
 		started(srv.Addr(), srv.AdminAddr())

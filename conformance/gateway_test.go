@@ -1,0 +1,223 @@
+package conformance
+
+import (
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"io"
+	"log/slog"
+	"math/big"
+	"net"
+	"net/http"
+	"net/http/httputil"
+	"net/url"
+	"os"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/fencegate/fencegate/gateway"
+	"github.com/fencegate/fencegate/internal/stack"
+	"github.com/fencegate/fencegate/internal/testenv"
+	"github.com/fencegate/fencegate/internal/wiring"
+	"github.com/fencegate/fencegate/lease"
+	"github.com/fencegate/fencegate/meta"
+)
+
+// testGateway is an in-process fencegate on the package's PostgreSQL database,
+// in front of a real store reached through a request-counting proxy.
+type testGateway struct {
+	stack.Endpoint // the gateway, with a key that may do everything
+	Admin          string
+	Store          stack.Endpoint // the store itself (direct)
+	StoreRequests  *atomic.Int64  // requests that reached the store
+	Keys           *meta.Keys
+	Leases         *lease.Manager
+	Server         *gateway.Server
+	// Shutdown starts a graceful shutdown; Wait returns when Serve has.
+	Shutdown func()
+	Wait     func() error
+}
+
+type gatewayOptions struct {
+	Lease   lease.Config
+	TLS     bool
+	Store   *stack.Endpoint // default: the run's SeaweedFS
+	Domains []string
+}
+
+var (
+	metaOnce  sync.Once
+	metaKeys  *meta.Keys
+	metaErr   error
+	serverKey = meta.NewServerKey() // seals this package's access keys
+)
+
+// packageKeys is meta.Keys on this package's migrated database.
+func packageKeys(t *testing.T) *meta.Keys {
+	t.Helper()
+	metaOnce.Do(func() {
+		ctx := context.Background()
+		pool, err := meta.Open(ctx, testenv.DatabaseURL(t), meta.PoolConfig{MaxConns: 16})
+		if err != nil {
+			metaErr = err
+			return
+		}
+		if _, err := meta.Migrate(ctx, pool); err != nil {
+			metaErr = err
+			return
+		}
+		key, _ := meta.ParseServerKey(serverKey)
+		sealer, _ := meta.NewSealer(key)
+		metaKeys = &meta.Keys{Pool: pool, Sealer: sealer}
+	})
+	if metaErr != nil {
+		t.Fatal(metaErr)
+	}
+	return metaKeys
+}
+
+func startGateway(t *testing.T, o gatewayOptions) *testGateway {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	store := testenv.Store(t)
+	if o.Store != nil {
+		store = *o.Store
+	}
+	counter := &atomic.Int64{}
+	storeURL := startCountingProxy(t, store.URL, counter)
+	keys := packageKeys(t)
+	all := []meta.Grant{{Bucket: "*", Permission: meta.PermAdmin}}
+	k, err := keys.Create(ctx, "conformance "+t.Name(), all)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := gateway.Config{
+		Listen: "127.0.0.1:0", AdminListen: "127.0.0.1:0", ShutdownGrace: 5 * time.Second,
+		Region: "us-east-1", Domains: o.Domains,
+		Backend: gateway.Backend{Endpoint: storeURL, AccessKey: store.AccessKey, SecretKey: store.SecretKey, Region: "us-east-1"},
+	}
+	scheme := "http"
+	if o.TLS {
+		cfg.TLSCert, cfg.TLSKey = selfSignedCert(t)
+		scheme = "https"
+	}
+	logLevel := slog.LevelWarn
+	if os.Getenv("FENCEGATE_TEST_LOG") != "" {
+		logLevel = slog.LevelDebug
+	}
+	leases, tracker := wiring.Protocol(keys.Pool, o.Lease)
+	srv, err := gateway.New(ctx, cfg, gateway.Deps{
+		Log:     slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: logLevel})),
+		Keys:    wiring.KeySource{Keys: keys},
+		Leases:  leases,
+		Tracker: tracker,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- srv.Serve(ctx) }()
+	var once sync.Once
+	var serveErr error
+	wait := func() error {
+		once.Do(func() { serveErr = <-done })
+		return serveErr
+	}
+	t.Cleanup(func() {
+		cancel()
+		if err := wait(); err != nil {
+			t.Errorf("gateway: %v", err)
+		}
+	})
+	return &testGateway{
+		Leases: leases, Server: srv,
+		Shutdown: cancel, Wait: wait,
+		Endpoint: stack.Endpoint{URL: scheme + "://" + srv.Addr(), AccessKey: k.ID, SecretKey: k.Secret, Region: "us-east-1"},
+		Admin:    "http://" + srv.AdminAddr(), Store: store, StoreRequests: counter, Keys: keys,
+	}
+}
+
+// startCountingProxy stands in front of a real store and counts what reaches it.
+func startCountingProxy(t *testing.T, target string, n *atomic.Int64) string {
+	t.Helper()
+	u, err := url.Parse(target)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rp := httputil.NewSingleHostReverseProxy(u)
+	rp.FlushInterval = -1
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		n.Add(1)
+		rp.ServeHTTP(w, r)
+	})}
+	go srv.Serve(l)
+	t.Cleanup(func() { srv.Close() })
+	return "http://" + l.Addr().String()
+}
+
+// selfSignedCert writes a certificate for 127.0.0.1/localhost and its key.
+func selfSignedCert(t *testing.T) (certFile, keyFile string) {
+	t.Helper()
+	priv, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "fencegate test"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
+		DNSNames: []string{"localhost"}, IPAddresses: []net.IP{net.ParseIP("127.0.0.1")},
+		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &priv.PublicKey, priv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	keyDER, err := x509.MarshalECPrivateKey(priv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	certFile, keyFile = filepath.Join(dir, "cert.pem"), filepath.Join(dir, "key.pem")
+	if err := os.WriteFile(certFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(keyFile, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return certFile, keyFile
+}
+
+func readAllClose(t *testing.T, rc io.ReadCloser) []byte {
+	t.Helper()
+	defer rc.Close()
+	b, err := io.ReadAll(rc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+func randomSuffix() string {
+	b := make([]byte, 4)
+	_, _ = rand.Read(b)
+	const hex = "0123456789abcdef"
+	out := make([]byte, 8)
+	for i, c := range b {
+		out[2*i], out[2*i+1] = hex[c>>4], hex[c&15]
+	}
+	return string(out)
+}
+
+// g0Store is the run's store endpoint, for tests that alter a copy of it.
+func g0Store(t *testing.T) stack.Endpoint { return testenv.Store(t) }

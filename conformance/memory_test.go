@@ -1,0 +1,95 @@
+package conformance
+
+import (
+	"context"
+	"hash/crc32"
+	"io"
+	"net/http"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	v4 "github.com/aws/aws-sdk-go-v2/aws/signer/v4"
+	"github.com/aws/aws-sdk-go-v2/service/s3"
+
+	"github.com/fencegate/fencegate/internal/testenv"
+)
+
+// patternReader yields n deterministic bytes without holding them.
+type patternReader struct{ left, pos int64 }
+
+func (p *patternReader) Read(b []byte) (int, error) {
+	if p.left == 0 {
+		return 0, io.EOF
+	}
+	if int64(len(b)) > p.left {
+		b = b[:p.left]
+	}
+	for i := range b {
+		x := uint64(p.pos + int64(i))
+		b[i] = byte(x*2654435761>>13) ^ byte(x)
+	}
+	p.pos += int64(len(b))
+	p.left -= int64(len(b))
+	return len(b), nil
+}
+
+// Streaming keeps memory bounded: a 2 GiB PUT and GET through a gateway process
+// grow its peak RSS by less than 64 MiB. Run by `make memcheck` (not `make test`).
+func TestMemoryStreaming2GiB(t *testing.T) {
+	if os.Getenv("FENCEGATE_MEMCHECK") == "" {
+		t.Skip("set FENCEGATE_MEMCHECK=1 (make memcheck)")
+	}
+	const size = 2 << 30
+	g := startGatewayProcess(t, testenv.Store(t))
+	ctx := context.Background()
+	bucket := "t-memory-" + randomSuffix()
+	if _, err := g.S3Client().CreateBucket(ctx, &s3.CreateBucketInput{Bucket: &bucket}); err != nil {
+		t.Fatal(err)
+	}
+	idle := g.rssKiB(t, "VmRSS")
+
+	start := time.Now()
+	req, _ := http.NewRequest("PUT", g.URL+"/"+bucket+"/big", &patternReader{left: size})
+	req.ContentLength = size
+	req.Header.Set("X-Amz-Content-Sha256", "UNSIGNED-PAYLOAD")
+	creds := aws.Credentials{AccessKeyID: g.AccessKey, SecretAccessKey: g.SecretKey}
+	if err := v4.NewSigner().SignHTTP(ctx, creds, req, "UNSIGNED-PAYLOAD", "s3", "us-east-1", time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 200 {
+		t.Fatalf("PUT: %s", resp.Status)
+	}
+	putSecs := time.Since(start).Seconds()
+
+	start = time.Now()
+	out, err := g.S3Client().GetObject(ctx, &s3.GetObjectInput{Bucket: &bucket, Key: aws.String("big")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := crc32.NewIEEE()
+	n, err := io.Copy(h, out.Body)
+	out.Body.Close()
+	if err != nil || n != size {
+		t.Fatalf("GET: %d bytes, %v", n, err)
+	}
+	want := crc32.NewIEEE()
+	_, _ = io.Copy(want, &patternReader{left: size})
+	if h.Sum32() != want.Sum32() {
+		t.Fatal("GET returned different bytes")
+	}
+	getSecs := time.Since(start).Seconds()
+	peak := g.rssKiB(t, "VmHWM")
+	growth := float64(peak-idle) / 1024
+	t.Logf("2 GiB through fencegate: PUT %.0f MiB/s, GET %.0f MiB/s; RSS idle %.1f MiB, peak %.1f MiB, growth %.1f MiB (limit 64)",
+		2048/putSecs, 2048/getSecs, float64(idle)/1024, float64(peak)/1024, growth)
+	if growth >= 64 {
+		t.Fatalf("peak RSS grew by %.1f MiB while streaming 2 GiB", growth)
+	}
+}

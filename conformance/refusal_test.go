@@ -1,0 +1,254 @@
+package conformance
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	v4 "github.com/aws/aws-sdk-go-v2/aws/signer/v4"
+	"github.com/aws/aws-sdk-go-v2/service/s3"
+	"github.com/aws/smithy-go"
+
+	"github.com/fencegate/fencegate/internal/stack"
+	"github.com/fencegate/fencegate/meta"
+)
+
+const emptyHash = "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
+
+// signedRequest builds a header-signed request to the gateway at time at.
+func signedRequest(t *testing.T, ep stack.Endpoint, method, path string, at time.Time) *http.Request {
+	t.Helper()
+	req, err := http.NewRequest(method, ep.URL+path, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("X-Amz-Content-Sha256", emptyHash)
+	creds := aws.Credentials{AccessKeyID: ep.AccessKey, SecretAccessKey: ep.SecretKey}
+	if err := s3Signer().SignHTTP(context.Background(), creds, req, emptyHash, "s3", "us-east-1", at); err != nil {
+		t.Fatal(err)
+	}
+	return req
+}
+
+// s3Signer signs as S3 clients do: the path as sent, not escaped again.
+func s3Signer() *v4.Signer {
+	return v4.NewSigner(func(o *v4.SignerOptions) { o.DisableURIPathEscaping = true })
+}
+
+func s3ErrorCode(t *testing.T, resp *http.Response) string {
+	t.Helper()
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	s := string(body)
+	i, j := strings.Index(s, "<Code>"), strings.Index(s, "</Code>")
+	if i < 0 || j < i {
+		t.Fatalf("status %d with no S3 error code in %q", resp.StatusCode, s)
+	}
+	return s[i+6 : j]
+}
+
+// Every refusal is an S3 error with the right code, decided before the store
+// is asked anything.
+func TestRefusalsNeverReachTheStore(t *testing.T) {
+	g := startGateway(t, gatewayOptions{})
+	ctx := context.Background()
+	bucket := "t-refusals-" + randomSuffix()
+	if _, err := g.S3Client().CreateBucket(ctx, &s3.CreateBucketInput{Bucket: &bucket}); err != nil {
+		t.Fatal(err)
+	}
+	other, err := g.Keys.Create(ctx, "other bucket only", []meta.Grant{{Bucket: "someone-elses", Permission: meta.PermAdmin}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	readOnly, err := g.Keys.Create(ctx, "read only", []meta.Grant{{Bucket: bucket, Permission: meta.PermRead}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(10 * time.Millisecond)
+	before := g.StoreRequests.Load()
+	path := "/" + bucket + "/k"
+	now := time.Now()
+	wrongSecret := g.Endpoint
+	wrongSecret.SecretKey = "not-the-secret-0000000000000000000000000"
+	unknown := g.Endpoint
+	unknown.AccessKey = "FGNOSUCHKEY000000000"
+	otherEP := g.Endpoint
+	otherEP.AccessKey, otherEP.SecretKey = other.ID, other.Secret
+	readEP := g.Endpoint
+	readEP.AccessKey, readEP.SecretKey = readOnly.ID, readOnly.Secret
+
+	tampered := signedRequest(t, g.Endpoint, "GET", path, now)
+	tampered.URL.Path = "/" + bucket + "/other-key"
+
+	presignCreds := aws.Credentials{AccessKeyID: g.AccessKey, SecretAccessKey: g.SecretKey}
+	expiredReq, _ := http.NewRequest("GET", g.URL+path+"?X-Amz-Expires=60", nil)
+	expiredURL, _, err := v4.NewSigner().PresignHTTP(ctx, presignCreds, expiredReq, "UNSIGNED-PAYLOAD", "s3", "us-east-1", now.Add(-10*time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	expired, _ := http.NewRequest("GET", expiredURL, nil)
+
+	putReadOnly := signedRequest(t, readEP, "PUT", path, now)
+	for _, c := range []struct {
+		name   string
+		req    *http.Request
+		status int
+		code   string
+	}{
+		{"no credentials", mustRequest(t, "GET", g.URL+path), 403, "AccessDenied"},
+		{"wrong secret", signedRequest(t, wrongSecret, "GET", path, now), 403, "SignatureDoesNotMatch"},
+		{"unknown key", signedRequest(t, unknown, "GET", path, now), 403, "InvalidAccessKeyId"},
+		{"tampered path", tampered, 403, "SignatureDoesNotMatch"},
+		{"skewed clock", signedRequest(t, g.Endpoint, "GET", path, now.Add(-20*time.Minute)), 403, "RequestTimeTooSkewed"},
+		{"expired presigned URL", expired, 403, "AccessDenied"},
+		{"no grant on the bucket", signedRequest(t, otherEP, "GET", path, now), 403, "AccessDenied"},
+		{"read-only key writes", putReadOnly, 403, "AccessDenied"},
+		{"unsupported subresource", signedRequest(t, g.Endpoint, "POST", path+"?restore", now), 501, "NotImplemented"},
+	} {
+		resp, err := http.DefaultClient.Do(c.req)
+		if err != nil {
+			t.Fatalf("%s: %v", c.name, err)
+		}
+		if code := s3ErrorCode(t, resp); resp.StatusCode != c.status || code != c.code {
+			t.Errorf("%s: %d %s, want %d %s", c.name, resp.StatusCode, code, c.status, c.code)
+		}
+	}
+	if n := g.StoreRequests.Load() - before; n != 0 {
+		t.Fatalf("the store saw %d refused requests", n)
+	}
+}
+
+func mustRequest(t *testing.T, method, u string) *http.Request {
+	req, err := http.NewRequest(method, u, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return req
+}
+
+// A refused `Expect: 100-continue` request gets its S3 error (not a bare 417),
+// never a 100 Continue, and its connection closed with the body unread.
+func TestExpectContinueRefusedWithS3Error(t *testing.T) {
+	g := startGateway(t, gatewayOptions{})
+	bad := g.Endpoint
+	bad.SecretKey = "wrong-secret-000000000000000000000000000"
+	req := signedRequest(t, bad, "PUT", "/somebucket/k", time.Now())
+	u, _ := url.Parse(g.URL)
+	conn, err := net.Dial("tcp", u.Host)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	_ = conn.SetDeadline(time.Now().Add(10 * time.Second))
+	var head strings.Builder
+	head.WriteString("PUT /somebucket/k HTTP/1.1\r\nHost: " + u.Host + "\r\nContent-Length: 1048576\r\nExpect: 100-continue\r\n")
+	for k, vs := range req.Header {
+		head.WriteString(k + ": " + vs[0] + "\r\n")
+	}
+	head.WriteString("\r\n")
+	if _, err := conn.Write([]byte(head.String())); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.StatusCode == 100 || resp.StatusCode == 417 {
+		b, _ := io.ReadAll(resp.Body)
+		t.Fatalf("got %d before authentication was settled: %v %s", resp.StatusCode, resp.Header, b)
+	}
+	if code := s3ErrorCode(t, resp); resp.StatusCode != 403 || code != "SignatureDoesNotMatch" {
+		t.Fatalf("%d %s, want 403 SignatureDoesNotMatch", resp.StatusCode, code)
+	}
+	if !resp.Close {
+		t.Fatal("connection left open for a body that was never read")
+	}
+}
+
+// A client that announces a Content-Length, sends fewer bytes and closes leaves
+// no object, even in front of versitygw's posix backend, which keeps truncated
+// bodies when hit directly.
+func TestTruncatedUploadLeavesNoObject(t *testing.T) {
+	bin := stack.VersitygwPath()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	v, err := stack.StartVersitygwPosix(ctx, bin, t.TempDir(), "FGVGWTRUNCATE00001", "versitygw-truncate-secret-000000000000000")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer v.Stop()
+	bucket := "t-truncate-" + randomSuffix()
+	if _, err := v.S3Client().CreateBucket(ctx, &s3.CreateBucketInput{Bucket: &bucket}); err != nil {
+		t.Fatal(err)
+	}
+	direct := truncatedPut(t, v.Endpoint, bucket, "direct")
+	if direct {
+		t.Log("versitygw posix kept the truncated body sent to it directly (the hazard this test guards against)")
+	}
+	g := startGateway(t, gatewayOptions{Store: &v.Endpoint})
+	if truncatedPut(t, g.Endpoint, bucket, "through-fencegate") {
+		t.Fatal("a truncated upload through fencegate left an object at the store")
+	}
+}
+
+// truncatedPut sends half of a 1 MiB body announced in full, closes, and
+// reports whether the store then holds the key.
+func truncatedPut(t *testing.T, ep stack.Endpoint, bucket, key string) bool {
+	t.Helper()
+	const size = 1 << 20
+	conn := startRawPut(t, ep, bucket, key, size)
+	_, _ = conn.Write(make([]byte, size/2))
+	time.Sleep(200 * time.Millisecond)
+	conn.Close()
+	// Give the server time to notice the cut and act on it.
+	time.Sleep(time.Second)
+	_, err := ep.S3Client().HeadObject(context.Background(), &s3.HeadObjectInput{Bucket: &bucket, Key: aws.String(key)})
+	if err == nil {
+		return true
+	}
+	var ae smithy.APIError
+	if errors.As(err, &ae) && (ae.ErrorCode() == "NotFound" || ae.ErrorCode() == "NoSuchKey") {
+		return false
+	}
+	t.Fatalf("HEAD %s: %v", key, err)
+	return false
+}
+
+// startRawPut opens a connection and sends the headers of an UNSIGNED-PAYLOAD
+// PUT of size bytes; the caller writes the body (or not).
+func startRawPut(t *testing.T, ep stack.Endpoint, bucket, key string, size int64) net.Conn {
+	t.Helper()
+	req, err := http.NewRequest("PUT", ep.URL+"/"+bucket+"/"+key, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.ContentLength = size
+	req.Header.Set("X-Amz-Content-Sha256", "UNSIGNED-PAYLOAD")
+	creds := aws.Credentials{AccessKeyID: ep.AccessKey, SecretAccessKey: ep.SecretKey}
+	if err := s3Signer().SignHTTP(context.Background(), creds, req, "UNSIGNED-PAYLOAD", "s3", "us-east-1", time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	conn, err := net.Dial("tcp", req.URL.Host)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var head strings.Builder
+	fmt.Fprintf(&head, "PUT %s HTTP/1.1\r\nHost: %s\r\nContent-Length: %d\r\n", req.URL.RequestURI(), req.URL.Host, size)
+	for k, vs := range req.Header {
+		head.WriteString(k + ": " + vs[0] + "\r\n")
+	}
+	head.WriteString("\r\n")
+	if _, err := conn.Write([]byte(head.String())); err != nil {
+		t.Fatal(err)
+	}
+	return conn
+}

@@ -1,0 +1,83 @@
+package conformance
+
+import (
+	"bufio"
+	"context"
+	"net"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/s3"
+)
+
+// Graceful shutdown stops accepting at once but lets a request in flight finish.
+func TestGracefulShutdownFinishesInFlight(t *testing.T) {
+	g := startGateway(t, gatewayOptions{})
+	ctx := context.Background()
+	bucket := "t-shutdown-" + randomSuffix()
+	if _, err := g.S3Client().CreateBucket(ctx, &s3.CreateBucketInput{Bucket: &bucket}); err != nil {
+		t.Fatal(err)
+	}
+	const size = 64 << 10
+	conn := startRawPut(t, g.Endpoint, bucket, "inflight", size)
+	defer conn.Close()
+	if _, err := conn.Write(make([]byte, size/2)); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(100 * time.Millisecond) // the gateway is now reading the body
+
+	g.Shutdown()
+	addr := strings.TrimPrefix(g.URL, "http://")
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		c, err := net.DialTimeout("tcp", addr, time.Second)
+		if err != nil {
+			break // no longer accepting
+		}
+		c.Close()
+		if time.Now().After(deadline) {
+			t.Fatal("still accepting connections 5 s after shutdown began")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if _, err := conn.Write(make([]byte, size/2)); err != nil {
+		t.Fatal(err)
+	}
+	_ = conn.SetReadDeadline(time.Now().Add(10 * time.Second))
+	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 200 {
+		t.Fatalf("in-flight PUT: %s", resp.Status)
+	}
+	if err := g.Wait(); err != nil {
+		t.Fatal(err)
+	}
+	head, err := g.Store.S3Client().HeadObject(ctx, &s3.HeadObjectInput{Bucket: &bucket, Key: aws.String("inflight")})
+	if err != nil || aws.ToInt64(head.ContentLength) != size {
+		t.Fatalf("object after shutdown: %v, %v", head, err)
+	}
+}
+
+// /metrics counts requests by operation and status.
+func TestMetricsCountRequests(t *testing.T) {
+	g := startGateway(t, gatewayOptions{})
+	if _, err := g.S3Client().ListBuckets(context.Background(), &s3.ListBucketsInput{}); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.Get(g.Admin + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body := string(readAllClose(t, resp.Body))
+	for _, want := range []string{`fencegate_requests_total{op="ListBuckets",status="200"} 1`, "fencegate_request_duration_seconds_bucket"} {
+		if !strings.Contains(body, want) {
+			t.Fatalf("/metrics lacks %q", want)
+		}
+	}
+}

@@ -1,0 +1,122 @@
+package gateway
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/valyala/fasthttp"
+
+	"github.com/fencegate/fencegate/sigv4"
+)
+
+// request is one admitted S3 request: routed, classified, authenticated and
+// authorized, from its headers alone.
+type request struct {
+	id     string
+	start  time.Time
+	bucket string
+	key    string
+	op     Op
+	auth   *sigv4.Auth
+	akey   *AccessKey
+	// bytesIn is the decoded object payload received; out counts what is relayed.
+	bytesIn        int64
+	out            *countingBody
+	cancelUpstream func()
+}
+
+const requestStateKey = "fencegate.request"
+
+func newRequestID() string {
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	return strings.ToUpper(hex.EncodeToString(b[:]))
+}
+
+// admit decides from the headers whether a request may proceed. It runs before
+// any of the body is consumed: from the ExpectHandler for `Expect: 100-continue`
+// requests, else at the top of the handler.
+func (s *Server) admit(ctx *fasthttp.RequestCtx) (*request, *apiError) {
+	r := &request{id: newRequestID(), start: time.Now()}
+	uri := ctx.Request.URI()
+	bucket, key, ok := route(ctx.Request.Header.Host(), uri.PathOriginal(), s.cfg.Domains)
+	if !ok {
+		return r, errInvalidURI
+	}
+	r.bucket, r.key = bucket, key
+	if bucket != "" && !validBucketName(bucket) {
+		return r, errInvalidBucketName
+	}
+	var queryKeys []string
+	ctx.QueryArgs().VisitAll(func(k, _ []byte) { queryKeys = append(queryKeys, string(k)) })
+	copySource := ctx.Request.Header.Peek("X-Amz-Copy-Source")
+	r.op = Classify(string(ctx.Method()), bucket, key, queryKeys, len(copySource) > 0)
+
+	sreq := sigv4Request(ctx)
+	sreq.ObjectChecksum = r.op.Name == "CompleteMultipartUpload"
+	auth, err := s.verifier.Verify(sreq)
+	if err != nil {
+		return r, asAPIError(err)
+	}
+	r.auth = auth
+	r.akey = s.keys.lookup(auth.AccessKeyID)
+	if r.akey == nil { // deleted between Verify and here
+		return r, errAccessDenied
+	}
+	if r.op.Unsupported {
+		return r, errNotImplemented
+	}
+	if !r.akey.allowed(r.op.Perm, bucket) {
+		return r, errAccessDenied
+	}
+	if len(copySource) > 0 {
+		srcBucket, _, err := parseCopySource(string(copySource))
+		if err != nil {
+			return r, err
+		}
+		if !r.akey.allowed(PermRead, srcBucket) {
+			return r, errAccessDenied
+		}
+	}
+	return r, nil
+}
+
+// parseCopySource reads x-amz-copy-source: "[/]bucket/key[?versionId=...]",
+// URL-encoded.
+func parseCopySource(v string) (bucket, key string, err *apiError) {
+	v, _, _ = strings.Cut(v, "?")
+	dec, e := url.PathUnescape(v)
+	if e != nil {
+		return "", "", newAPIError("InvalidArgument", 400, "Invalid copy source encoding.")
+	}
+	dec = strings.TrimPrefix(dec, "/")
+	bucket, key, ok := strings.Cut(dec, "/")
+	if !ok || key == "" || !validBucketName(bucket) {
+		return "", "", newAPIError("InvalidArgument", 400, "Copy Source must mention the source bucket and key: sourcebucket/sourcekey.")
+	}
+	return bucket, key, nil
+}
+
+// sigv4Request adapts a fasthttp request to what sigv4 verifies.
+func sigv4Request(ctx *fasthttp.RequestCtx) *sigv4.Request {
+	h := &ctx.Request.Header
+	req := &sigv4.Request{
+		Method:   string(ctx.Method()),
+		Host:     string(h.Host()),
+		RawPath:  string(ctx.Request.URI().PathOriginal()),
+		RawQuery: string(ctx.Request.URI().QueryString()),
+		Headers:  make([]sigv4.HeaderField, 0, 16),
+	}
+	for k, v := range h.All() {
+		req.Headers = append(req.Headers, sigv4.HeaderField{Name: string(k), Value: string(v)})
+	}
+	if h.ContentLength() == -1 && !h.IsGet() && !h.IsHead() {
+		// fasthttp keeps Transfer-Encoding out of its header list; sigv4 needs it
+		// to know the body's length is not declared.
+		req.Headers = append(req.Headers, sigv4.HeaderField{Name: "Transfer-Encoding", Value: "chunked"})
+	}
+	return req
+}

@@ -1,0 +1,135 @@
+package gateway
+
+import (
+	"encoding/base64"
+	"errors"
+	"hash"
+	"hash/crc32"
+	"io"
+	"strconv"
+)
+
+// The store verifies what fencegate forwards itself (DESIGN.md W9): object data
+// goes upstream as aws-chunked with a trailing checksum, so a body cut short at
+// any byte (a client gone, a gateway killed) is an incomplete encoding the store
+// refuses, never a shorter object it could publish.
+const upstreamChunkSize = 1 << 20
+
+// checksumB64Len is the base64 length of each trailing checksum's value.
+var checksumB64Len = map[string]int{
+	"x-amz-checksum-crc32": 8, "x-amz-checksum-crc32c": 8, "x-amz-checksum-crc64nvme": 12,
+	"x-amz-checksum-sha1": 28, "x-amz-checksum-sha256": 44,
+}
+
+// trailerSource yields the trailing checksum once the payload has been read.
+type trailerSource func() (value string, err error)
+
+// chunkEncoder frames a payload of known length as aws-chunked with one
+// trailer, reading straight into the caller's buffer (no copy of the data).
+type chunkEncoder struct {
+	src       io.Reader
+	remaining int64 // payload bytes not yet read
+	inChunk   int64 // payload bytes left in the current chunk
+	pending   []byte
+	buf       [32]byte
+	hash      hash.Hash32 // when fencegate computes the checksum itself
+	name      string
+	value     trailerSource
+	done      bool
+}
+
+// newChunkEncoder frames n bytes of src. If value is nil, fencegate computes a
+// CRC32 of the payload and sends it as x-amz-checksum-crc32.
+func newChunkEncoder(src io.Reader, n int64, name string, value trailerSource) *chunkEncoder {
+	e := &chunkEncoder{src: src, remaining: n, name: name, value: value}
+	if value == nil {
+		e.name = "x-amz-checksum-crc32"
+		e.hash = crc32.NewIEEE()
+		e.value = func() (string, error) {
+			return base64.StdEncoding.EncodeToString(e.hash.Sum(nil)), nil
+		}
+	}
+	return e
+}
+
+// encodedLength is the exact size of the framing of n payload bytes with the
+// trailer name, so the upstream request carries a Content-Length.
+func encodedLength(n int64, name string) int64 {
+	var total int64
+	for left := n; left > 0; {
+		c := min(left, upstreamChunkSize)
+		total += int64(len(strconv.FormatInt(c, 16))) + 2 + c + 2
+		left -= c
+	}
+	return total + 3 + int64(len(name)+1+checksumB64Len[name]+2) + 2
+}
+
+var errBodyLonger = errors.New("request body longer than declared")
+
+func (e *chunkEncoder) Read(p []byte) (int, error) {
+	for {
+		if len(e.pending) > 0 {
+			n := copy(p, e.pending)
+			e.pending = e.pending[n:]
+			return n, nil
+		}
+		if e.done {
+			return 0, io.EOF
+		}
+		if e.inChunk > 0 {
+			if int64(len(p)) > e.inChunk {
+				p = p[:e.inChunk]
+			}
+			n, err := e.src.Read(p)
+			if n > 0 {
+				if e.hash != nil {
+					e.hash.Write(p[:n])
+				}
+				e.inChunk -= int64(n)
+				e.remaining -= int64(n)
+				if e.inChunk == 0 {
+					e.pending = append(e.buf[:0], '\r', '\n')
+				}
+				return n, nil
+			}
+			if err == io.EOF {
+				err = io.ErrUnexpectedEOF
+			}
+			if err == nil {
+				continue
+			}
+			return 0, err
+		}
+		if e.remaining > 0 {
+			c := min(e.remaining, upstreamChunkSize)
+			e.inChunk = c
+			b := strconv.AppendInt(e.buf[:0], c, 16)
+			e.pending = append(b, '\r', '\n')
+			continue
+		}
+		// The payload is complete: the source must now be at its end, which is
+		// also when a verifying source has checked its trailer.
+		var one [1]byte
+		for {
+			n, err := e.src.Read(one[:])
+			if n > 0 {
+				return 0, errBodyLonger
+			}
+			if err == io.EOF {
+				break
+			}
+			if err != nil {
+				return 0, err
+			}
+		}
+		v, err := e.value()
+		if err != nil {
+			return 0, err
+		}
+		if len(v) != checksumB64Len[e.name] {
+			return 0, errors.New("trailing checksum " + e.name + " has the wrong length")
+		}
+		e.pending = []byte("0\r\n" + e.name + ":" + v + "\r\n\r\n")
+		e.done = true
+	}
+}

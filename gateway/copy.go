@@ -1,0 +1,105 @@
+package gateway
+
+import (
+	"context"
+	"net/http"
+	"net/url"
+	"strings"
+
+	"github.com/valyala/fasthttp"
+
+	"github.com/fencegate/fencegate/meta"
+)
+
+// restatedOnCopy are the system headers a COPY directive carries over from the
+// source; fencegate restates them when it turns COPY into REPLACE.
+var restatedOnCopy = []string{"Content-Type", "Content-Encoding", "Content-Disposition", "Content-Language",
+	"Cache-Control", "Expires", "X-Amz-Website-Redirect-Location"}
+
+// copyObject publishes a copy at the destination key under its lease. The new
+// object must carry a fresh attempt id, which needs MetadataDirective REPLACE:
+// a COPY becomes REPLACE with the source's metadata and system headers restated
+// and x-amz-copy-source-if-match pinning the source version that was read.
+func (s *Server) copyObject(ctx *fasthttp.RequestCtx, r *request) *apiError {
+	src := string(ctx.Request.Header.Peek("X-Amz-Copy-Source"))
+	srcBucket, srcKey, _ := parseCopySource(src)
+	versionID := ""
+	if _, q, ok := strings.Cut(src, "?"); ok {
+		if v, err := url.ParseQuery(q); err == nil {
+			versionID = v.Get("versionId")
+		}
+	}
+	hctx, cancel := context.WithTimeout(context.Background(), s.leases.Config().DBTimeout)
+	var info objectInfo
+	err := s.store.head(hctx, srcBucket, srcKey, versionID, &info)
+	cancel()
+	if err != nil {
+		s.deps.Log.Warn("HEAD of a copy source failed", "request_id", r.id, "err", err)
+	}
+	replace := strings.EqualFold(strings.TrimSpace(string(ctx.Request.Header.Peek("X-Amz-Metadata-Directive"))), "REPLACE")
+	if !replace && !info.Exists {
+		// Nothing to restate: the store will answer for the missing source.
+		return s.forward(ctx, r)
+	}
+	u, e := s.buildUpstream(ctx, r)
+	if e != nil {
+		return e
+	}
+	defer u.finish(r)
+	declared := int64(-1)
+	if info.Exists {
+		declared = info.Size
+	}
+	return s.writeKey(ctx, r, u, keyWrite{
+		op: "copy", declared: declared, clientCond: hasClientCondition(ctx),
+		prepare: func(u *upstream, id string) *apiError {
+			h := u.req.Header
+			if !replace {
+				for k := range h {
+					lk := strings.ToLower(k)
+					if strings.HasPrefix(lk, "x-amz-meta-") || lk == "x-amz-metadata-directive" {
+						delete(h, k)
+					}
+					for _, sys := range restatedOnCopy {
+						if strings.EqualFold(k, sys) {
+							delete(h, k)
+						}
+					}
+				}
+				for k, vs := range info.Header {
+					lk := strings.ToLower(k)
+					if strings.HasPrefix(lk, "x-amz-meta-") && lk != attemptHeader {
+						h[k] = vs
+					}
+				}
+				for _, sys := range restatedOnCopy {
+					if v := info.Header.Get(sys); v != "" {
+						h.Set(sys, v)
+					}
+				}
+				h.Set("X-Amz-Metadata-Directive", "REPLACE")
+				if !hasHeaderFold(h, "X-Amz-Copy-Source-If-Match") {
+					h.Set("X-Amz-Copy-Source-If-Match", `"`+info.ETag+`"`)
+				}
+			}
+			h.Set(attemptHeader, id)
+			return nil
+		},
+		acknowledge: func(resp *http.Response) (meta.Entry, *apiError) {
+			body, e := readResult(resp)
+			if e != nil {
+				return meta.Entry{}, e
+			}
+			return meta.Entry{ETag: trimETag(xmlElement(body, "ETag")), Size: declared}, nil
+		},
+	})
+}
+
+func hasHeaderFold(h http.Header, name string) bool {
+	for k := range h {
+		if strings.EqualFold(k, name) {
+			return true
+		}
+	}
+	return false
+}

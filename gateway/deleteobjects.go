@@ -1,0 +1,196 @@
+package gateway
+
+import (
+	"context"
+	"encoding/xml"
+	"errors"
+	"net/http"
+	"net/url"
+	"sort"
+	"sync"
+
+	"github.com/valyala/fasthttp"
+
+	"github.com/fencegate/fencegate/lease"
+	"github.com/fencegate/fencegate/meta"
+)
+
+type deleteRequest struct {
+	Quiet   bool `xml:"Quiet"`
+	Objects []struct {
+		Key       string `xml:"Key"`
+		VersionID string `xml:"VersionId"`
+	} `xml:"Object"`
+}
+
+type deleteOutcome struct {
+	key, version string
+	code, msg    string // empty: deleted
+	busy         bool
+}
+
+const deleteWorkers = 8
+
+// deleteObjects runs each key of a DeleteObjects as its own fenced delete under
+// its own lease (a multi-object delete cannot carry a condition per key). No
+// worker ever holds one lease while waiting for another, so two overlapping
+// batches cannot deadlock: a first pass takes only free keys, a second waits
+// (bounded) for the ones that were leased.
+func (s *Server) deleteObjects(ctx *fasthttp.RequestCtx, r *request) *apiError {
+	body, err := s.smallBody(ctx, r)
+	if err != nil {
+		return asAPIError(err)
+	}
+	var dr deleteRequest
+	if err := xml.Unmarshal(body, &dr); err != nil || len(dr.Objects) == 0 {
+		return newAPIError("MalformedXML", http.StatusBadRequest, "The XML you provided was not well-formed or did not validate against our published schema.")
+	}
+	if len(dr.Objects) > 1000 {
+		return newAPIError("MalformedXML", http.StatusBadRequest, "The request may contain at most 1000 keys.")
+	}
+	order := make([]int, len(dr.Objects))
+	for i := range order {
+		order[i] = i
+	}
+	sort.SliceStable(order, func(a, b int) bool { return dr.Objects[order[a]].Key < dr.Objects[order[b]].Key })
+	out := make([]deleteOutcome, len(dr.Objects))
+	run := func(idx []int, wait bool) {
+		work := make(chan int)
+		var wg sync.WaitGroup
+		for range deleteWorkers {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for i := range work {
+					o := dr.Objects[i]
+					out[i] = s.deleteOne(r, o.Key, o.VersionID, wait)
+				}
+			}()
+		}
+		for _, i := range idx {
+			work <- i
+		}
+		close(work)
+		wg.Wait()
+	}
+	run(order, false)
+	var busy []int
+	for _, i := range order {
+		if out[i].busy {
+			busy = append(busy, i)
+		}
+	}
+	if len(busy) > 0 {
+		run(busy, true)
+	}
+
+	b := []byte(`<?xml version="1.0" encoding="UTF-8"?>` + "\n" + `<DeleteResult xmlns="http://s3.amazonaws.com/doc/2006-03-01/">`)
+	for _, o := range out {
+		if o.code == "" && dr.Quiet {
+			continue
+		}
+		tag := "Deleted"
+		if o.code != "" {
+			tag = "Error"
+		}
+		b = append(b, "<"+tag+"><Key>"...)
+		b = appendXMLEscaped(b, o.key)
+		b = append(b, "</Key>"...)
+		if o.version != "" {
+			b = append(b, "<VersionId>"...)
+			b = appendXMLEscaped(b, o.version)
+			b = append(b, "</VersionId>"...)
+		}
+		if o.code != "" {
+			b = append(b, "<Code>"...)
+			b = appendXMLEscaped(b, o.code)
+			b = append(b, "</Code><Message>"...)
+			b = appendXMLEscaped(b, o.msg)
+			b = append(b, "</Message>"...)
+		}
+		b = append(b, "</"+tag+">"...)
+	}
+	b = append(b, "</DeleteResult>"...)
+	ctx.Response.Header.DisableNormalizing()
+	ctx.SetStatusCode(http.StatusOK)
+	ctx.SetContentType("application/xml")
+	ctx.Response.Header.Set("x-amz-request-id", r.id)
+	ctx.SetBody(b)
+	return nil
+}
+
+// deleteOne deletes one key (or one version of it) under its lease, fenced.
+func (s *Server) deleteOne(r *request, key, version string, wait bool) deleteOutcome {
+	res := deleteOutcome{key: key, version: version}
+	fail := func(e *apiError) deleteOutcome {
+		res.code, res.msg = e.Code, e.Message
+		return res
+	}
+	l, err := s.leases.Acquire(context.Background(), lease.Request{Bucket: r.bucket, Key: key, Op: "delete", DeclaredSize: -1, NoWait: !wait})
+	if err != nil {
+		if errors.Is(err, lease.ErrBusy) && !wait {
+			res.busy = true
+			return res
+		}
+		return fail(leaseError(err))
+	}
+	sent := false
+	defer func() { l.Close(sent) }()
+	fence, err := l.Settle(context.Background(), s.store)
+	if err != nil {
+		l.Finish(meta.StateFailed, "settling the key failed: "+err.Error())
+		return fail(errSlowDown)
+	}
+	uctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() {
+		select {
+		case <-l.Lost():
+			cancel()
+		case <-uctx.Done():
+		}
+	}()
+	q := ""
+	if version != "" {
+		q = "versionId=" + url.QueryEscape(version)
+	}
+	req, err := s.backend.newRequest(uctx, http.MethodDelete, r.bucket, key, q)
+	if err != nil {
+		return fail(errInternal)
+	}
+	if version == "" {
+		setFence(req.Header, fence, "delete")
+	}
+	sent = true
+	resp, err := s.backend.send(req, emptySHA256)
+	if err != nil {
+		l.Finish(meta.StateUnknown, "no answer from the store: "+err.Error())
+		return fail(errStoreUnreached)
+	}
+	body, _ := readResult(resp)
+	switch {
+	case version != "":
+		// Removing a version changes the key only if it was current: settle again.
+		if _, err := l.Settle(context.Background(), s.store); err != nil {
+			s.deps.Log.Warn("settle after a versioned delete failed", "bucket", r.bucket, "key", key, "err", err)
+		}
+		l.Finish(meta.StateFailed, "a versioned delete publishes nothing itself; the key was settled after it")
+	case resp.StatusCode == http.StatusPreconditionFailed || resp.StatusCode == http.StatusNotFound && fence.Exists:
+		_, _ = l.Settle(context.Background(), s.store)
+		l.Finish(meta.StateFailed, "the store refused fencegate's condition")
+		return fail(errSlowDown)
+	case resp.StatusCode/100 != 2:
+		l.Finish(meta.StateFailed, "the store answered "+resp.Status)
+		return fail(&apiError{Code: orDefault(xmlElement(body, "Code"), "InternalError"), Message: xmlElement(body, "Message")})
+	case !fence.Exists:
+		l.Finish(meta.StateFailed, "the key was already absent: nothing to publish")
+	default:
+		if _, err := l.Commit(context.Background(), meta.Entry{Deleted: true, Size: -1}); err != nil {
+			return fail(errUnrecorded)
+		}
+	}
+	if resp.StatusCode/100 != 2 {
+		return fail(&apiError{Code: orDefault(xmlElement(body, "Code"), "InternalError"), Message: xmlElement(body, "Message")})
+	}
+	return res
+}

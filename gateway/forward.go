@@ -1,0 +1,307 @@
+package gateway
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+
+	"github.com/valyala/fasthttp"
+
+	"github.com/fencegate/fencegate/sigv4"
+)
+
+const (
+	unsignedTrailer = "STREAMING-UNSIGNED-PAYLOAD-TRAILER"
+	emptySHA256     = "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
+	// maxSmallBody bounds XML documents (DeleteObjects of 1,000 long keys is
+	// about 1.1 MB).
+	maxSmallBody = 8 << 20
+)
+
+// notForwarded are request headers that describe the client's hop or its
+// credentials, never the operation: hop-by-hop headers, and everything that the
+// gateway's own signature and body framing replace.
+var notForwarded = map[string]bool{
+	"connection": true, "keep-alive": true, "proxy-connection": true, "proxy-authenticate": true,
+	"proxy-authorization": true, "te": true, "trailer": true, "transfer-encoding": true, "upgrade": true,
+	"host": true, "content-length": true, "expect": true, "authorization": true,
+	"x-amz-date": true, "x-amz-content-sha256": true, "x-amz-security-token": true,
+	"x-amz-decoded-content-length": true, "x-amz-trailer": true, "date": false,
+}
+
+// attemptHeader carries fencegate's attempt id on every object it writes, so
+// the bytes at a key can be attributed (W1). Clients never see it, and cannot set it.
+const attemptHeader = "x-amz-meta-fencegate-attempt"
+
+func skipHidden(lower string) bool { return lower == attemptHeader }
+
+// presignParams are the query parameters of a presigned URL's own signature.
+var presignParams = map[string]bool{
+	"x-amz-algorithm": true, "x-amz-credential": true, "x-amz-date": true, "x-amz-expires": true,
+	"x-amz-signedheaders": true, "x-amz-signature": true, "x-amz-security-token": true,
+}
+
+// forwardQuery is the client's query string as sent, less a presigned URL's
+// signature parameters.
+func forwardQuery(raw []byte, presigned bool) string {
+	if !presigned || len(raw) == 0 {
+		return string(raw)
+	}
+	var out []byte
+	for _, part := range bytes.Split(raw, []byte{'&'}) {
+		name, _, _ := bytes.Cut(part, []byte{'='})
+		if presignParams[strings.ToLower(string(name))] {
+			continue
+		}
+		if len(out) > 0 {
+			out = append(out, '&')
+		}
+		out = append(out, part...)
+	}
+	return string(out)
+}
+
+// copyRequestHeaders carries the client's end-to-end headers, names and values
+// as sent. aws-chunked is dropped from Content-Encoding: it described the
+// client's framing, which the gateway has decoded.
+func copyRequestHeaders(dst http.Header, src *fasthttp.RequestHeader, skip func(name string) bool) {
+	for k, v := range src.All() {
+		name := string(k)
+		lower := strings.ToLower(name)
+		if notForwarded[lower] || skip != nil && skip(lower) {
+			continue
+		}
+		val := string(v)
+		if lower == "content-encoding" {
+			val = stripAWSChunked(val)
+			if val == "" {
+				continue
+			}
+		}
+		dst[name] = append(dst[name], val)
+	}
+}
+
+func stripAWSChunked(v string) string {
+	if !strings.Contains(strings.ToLower(v), "aws-chunked") {
+		return v
+	}
+	var keep []string
+	for _, p := range strings.Split(v, ",") {
+		if p = strings.TrimSpace(p); p != "" && !strings.EqualFold(p, "aws-chunked") {
+			keep = append(keep, p)
+		}
+	}
+	return strings.Join(keep, ",")
+}
+
+// upstream is a request being sent to the store on a client's behalf.
+type upstream struct {
+	req         *http.Request
+	payloadHash string
+	guard       *bodyGuard    // the client's body, when it streams
+	enc         *chunkEncoder // its upstream framing
+	cancel      context.CancelFunc
+}
+
+// bodyComplete reports whether the store could have received a whole body: a
+// streamed body whose final chunk and trailer were never sent cannot be
+// published (W9).
+func (u *upstream) bodyComplete() bool { return u.enc == nil || u.enc.done && len(u.enc.pending) == 0 }
+
+// forward sends an admitted request to the store and relays the answer.
+func (s *Server) forward(ctx *fasthttp.RequestCtx, r *request) *apiError {
+	u, e := s.buildUpstream(ctx, r)
+	if e != nil {
+		return e
+	}
+	defer u.finish(r)
+	resp, e := s.roundTrip(ctx, r, u)
+	if e != nil {
+		return e
+	}
+	return s.relay(ctx, r, resp)
+}
+
+// finish cancels the upstream context unless a streamed answer still needs it
+// (its body's Close cancels then).
+func (u *upstream) finish(r *request) {
+	if r.out == nil {
+		u.cancel()
+	}
+}
+
+// buildUpstream prepares the store request: path-style URL, the client's query
+// (less presign parameters), its end-to-end headers, and its body decoded and
+// verified (streamed for object data, read whole for small documents).
+func (s *Server) buildUpstream(ctx *fasthttp.RequestCtx, r *request) (*upstream, *apiError) {
+	uctx, cancel := context.WithCancel(context.Background())
+	r.cancelUpstream = cancel
+	query := forwardQuery(ctx.Request.URI().QueryString(), r.auth.Presigned)
+	req, err := s.backend.newRequest(uctx, string(ctx.Method()), r.bucket, r.key, query)
+	if err != nil {
+		cancel()
+		return nil, errInternal
+	}
+	u := &upstream{req: req, payloadHash: emptySHA256, cancel: cancel}
+	if r.op.Body == BodyStreamed {
+		var e *apiError
+		if u.guard, u.enc, e = s.streamedBody(ctx, r, req); e != nil {
+			cancel()
+			return nil, e
+		}
+		u.payloadHash = unsignedTrailer
+		return u, nil
+	}
+	body, err := s.smallBody(ctx, r)
+	if err != nil {
+		cancel()
+		return nil, asAPIError(err)
+	}
+	copyRequestHeaders(req.Header, &ctx.Request.Header, skipHidden)
+	u.setBody(body)
+	return u, nil
+}
+
+func (u *upstream) setBody(body []byte) {
+	if len(body) == 0 {
+		u.req.Body, u.req.ContentLength, u.payloadHash = nil, 0, emptySHA256
+		return
+	}
+	sum := sha256.Sum256(body)
+	u.payloadHash = hex.EncodeToString(sum[:])
+	u.req.Body = io.NopCloser(bytes.NewReader(body))
+	u.req.ContentLength = int64(len(body))
+}
+
+// roundTrip sends the request once. A client body that failed verification,
+// stalled or ended early aborted the upstream request before its end: that
+// error is the client's answer.
+func (s *Server) roundTrip(ctx *fasthttp.RequestCtx, r *request, u *upstream) (*http.Response, *apiError) {
+	resp, err := s.backend.send(u.req, u.payloadHash)
+	if u.guard != nil {
+		if complete := u.guard.stop(); !complete {
+			ctx.SetConnectionClose()
+		}
+		if berr := u.guard.failure(); berr != nil {
+			if resp != nil {
+				resp.Body.Close()
+			}
+			if errors.Is(berr, errRequestTimeout) {
+				return nil, withClose(errRequestTimeout)
+			}
+			return nil, withClose(asAPIError(berr))
+		}
+	}
+	if err != nil {
+		s.deps.Log.Warn("store request failed", "request_id", r.id, "op", r.op.Name, "err", err)
+		s.metrics.upstreamErrors.WithLabelValues(r.op.Name).Inc()
+		return nil, errStoreUnreached
+	}
+	return resp, nil
+}
+
+func withClose(e *apiError) *apiError {
+	c := *e
+	c.closeConn = true
+	return &c
+}
+
+// smallBody reads and verifies a whole (small) request body.
+func (s *Server) smallBody(ctx *fasthttp.RequestCtx, r *request) ([]byte, error) {
+	cl := ctx.Request.Header.ContentLength()
+	if cl == 0 {
+		return nil, nil
+	}
+	br, err := r.auth.Body(ctx.RequestBodyStream())
+	if err != nil {
+		return nil, err
+	}
+	if n := br.DecodedLength(); n > maxSmallBody {
+		return nil, withClose(errMaxMessageLength)
+	}
+	g := newBodyGuard(br, ctx.Conn(), s.cfg.BodyStallTimeout)
+	body, err := io.ReadAll(io.LimitReader(g, maxSmallBody+1))
+	g.stop()
+	if err != nil {
+		if errors.Is(err, errRequestTimeout) {
+			return nil, withClose(errRequestTimeout)
+		}
+		return nil, withClose(asAPIError(err))
+	}
+	if len(body) > maxSmallBody {
+		return nil, withClose(errMaxMessageLength)
+	}
+	return body, nil
+}
+
+// streamedBody sets up object data to stream upstream as aws-chunked with a
+// trailing checksum (see awschunked.go), verified on the way by sigv4.
+func (s *Server) streamedBody(ctx *fasthttp.RequestCtx, r *request, up *http.Request) (*bodyGuard, *chunkEncoder, *apiError) {
+	br, err := r.auth.Body(ctx.RequestBodyStream())
+	if err != nil {
+		return nil, nil, withClose(asAPIError(err))
+	}
+	n := br.DecodedLength()
+	if n < 0 {
+		return nil, nil, withClose(errMissingContentLength)
+	}
+	// The client's own checksum, from a header or announced as a trailer, travels
+	// as the upstream trailer; otherwise the gateway computes a CRC32.
+	var trailerName string
+	var trailerValue trailerSource
+	h := &ctx.Request.Header
+	for k, v := range h.All() {
+		lower := strings.ToLower(string(k))
+		if _, ok := checksumB64Len[lower]; ok {
+			trailerName = lower
+			val := string(v)
+			trailerValue = func() (string, error) { return val, nil }
+			break
+		}
+	}
+	if trailerName == "" {
+		if t := strings.ToLower(strings.TrimSpace(string(h.Peek("X-Amz-Trailer")))); t != "" {
+			if _, ok := checksumB64Len[t]; ok {
+				trailerName = t
+				trailerValue = func() (string, error) {
+					for _, f := range br.Trailers() {
+						if strings.EqualFold(f.Name, t) {
+							return strings.TrimSpace(f.Value), nil
+						}
+					}
+					return "", &sigv4.Error{Code: "MalformedTrailerError", Status: 400, Message: "The request contained trailing data that was not well-formed."}
+				}
+			}
+		}
+	}
+	if trailerName == "" {
+		trailerName = "x-amz-checksum-crc32"
+	}
+	copyRequestHeaders(up.Header, h, func(lower string) bool {
+		_, isChecksum := checksumB64Len[lower]
+		return isChecksum || skipHidden(lower)
+	})
+	guard := newBodyGuard(br, ctx.Conn(), s.cfg.BodyStallTimeout)
+	enc := newChunkEncoder(guard, n, trailerName, trailerValue)
+	up.Body = io.NopCloser(enc)
+	up.ContentLength = encodedLength(n, trailerName)
+	up.Header.Set("X-Amz-Decoded-Content-Length", strconv.FormatInt(n, 10))
+	up.Header.Set("X-Amz-Trailer", trailerName)
+	encodings := []string{"aws-chunked"}
+	for k, v := range up.Header {
+		if strings.EqualFold(k, "Content-Encoding") {
+			encodings = append(encodings, v...)
+			delete(up.Header, k)
+		}
+	}
+	up.Header["Content-Encoding"] = []string{strings.Join(encodings, ",")}
+	r.bytesIn = n
+	return guard, enc, nil
+}

@@ -1,0 +1,197 @@
+package gateway
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"net/http"
+	"strconv"
+
+	"github.com/valyala/fasthttp"
+
+	"github.com/fencegate/fencegate/meta"
+)
+
+// Tracker is the catalog bookkeeping that takes no key lease: buckets, and
+// multipart uploads (an upload is an attempt from Create on; only its Complete
+// publishes, under the key's lease).
+type Tracker interface {
+	BucketCreated(ctx context.Context, bucket string) error
+	BucketDeleted(ctx context.Context, bucket string) error
+	UploadStarted(ctx context.Context, bucket, key, attemptID string) error
+	UploadCreated(ctx context.Context, attemptID, uploadID string) error
+	UploadFailed(ctx context.Context, attemptID string) error
+	UploadAborted(ctx context.Context, uploadID string) error
+	// UploadAttempt finds an upload's attempt; ok is false for an upload
+	// fencegate did not create.
+	UploadAttempt(ctx context.Context, uploadID string) (a meta.Attempt, ok bool, err error)
+}
+
+const maxResultBody = 1 << 20
+
+// readResult reads a small success body (CopyObject, CompleteMultipartUpload)
+// and puts it back for relaying. Both operations can answer 200 with an error
+// document: that is not a success.
+func readResult(resp *http.Response) ([]byte, *apiError) {
+	body, err := io.ReadAll(io.LimitReader(resp.Body, maxResultBody))
+	resp.Body.Close()
+	resp.Body = io.NopCloser(bytes.NewReader(body))
+	resp.ContentLength = int64(len(body))
+	if err != nil {
+		return nil, errStoreUnreached
+	}
+	if bytes.Contains(body, []byte("<Error>")) {
+		return body, &apiError{Code: orDefault(xmlElement(body, "Code"), "InternalError"), Status: http.StatusInternalServerError,
+			Message: orDefault(xmlElement(body, "Message"), "The store reported an error after accepting the request.")}
+	}
+	return body, nil
+}
+
+func orDefault(s, d string) string {
+	if s == "" {
+		return d
+	}
+	return s
+}
+
+func (s *Server) dbctx() (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.Background(), s.leases.Config().DBTimeout)
+}
+
+// createUpload records the upload as an attempt before the store sees it (W1),
+// and tags the object-to-be with the attempt id.
+func (s *Server) createUpload(ctx *fasthttp.RequestCtx, r *request) *apiError {
+	id := meta.NewID()
+	dctx, cancel := s.dbctx()
+	err := s.deps.Tracker.UploadStarted(dctx, r.bucket, r.key, id)
+	cancel()
+	if err != nil {
+		s.deps.Log.Error("could not record a multipart upload", "request_id", r.id, "err", err)
+		return errInternal
+	}
+	u, e := s.buildUpstream(ctx, r)
+	if e != nil {
+		s.uploadFailed(id)
+		return e
+	}
+	defer u.finish(r)
+	u.req.Header.Set(attemptHeader, id)
+	resp, e := s.roundTrip(ctx, r, u)
+	if e != nil {
+		s.uploadFailed(id)
+		return e
+	}
+	if resp.StatusCode != http.StatusOK {
+		s.uploadFailed(id)
+		return s.relay(ctx, r, resp)
+	}
+	body, e := readResult(resp)
+	if e != nil {
+		s.uploadFailed(id)
+		return e
+	}
+	uploadID := xmlElement(body, "UploadId")
+	dctx, cancel = s.dbctx()
+	err = s.deps.Tracker.UploadCreated(dctx, id, uploadID)
+	cancel()
+	if err != nil {
+		s.deps.Log.Error("could not record a multipart upload's id", "request_id", r.id, "upload_id", uploadID, "err", err)
+	}
+	return s.relay(ctx, r, resp)
+}
+
+func (s *Server) uploadFailed(id string) {
+	dctx, cancel := s.dbctx()
+	defer cancel()
+	_ = s.deps.Tracker.UploadFailed(dctx, id)
+}
+
+// abortUpload passes the abort through and records it.
+func (s *Server) abortUpload(ctx *fasthttp.RequestCtx, r *request) *apiError {
+	if e := s.forward(ctx, r); e != nil {
+		return e
+	}
+	if ctx.Response.StatusCode()/100 == 2 {
+		dctx, cancel := s.dbctx()
+		defer cancel()
+		_ = s.deps.Tracker.UploadAborted(dctx, string(ctx.QueryArgs().Peek("uploadId")))
+	}
+	return nil
+}
+
+// completeUpload publishes an upload under the key's lease. A retry of a
+// Complete whose answer was lost gets the generation the first one became, and
+// never makes a second (the repeat is answered by fencegate, not re-sent).
+func (s *Server) completeUpload(ctx *fasthttp.RequestCtx, r *request) *apiError {
+	uploadID := string(ctx.QueryArgs().Peek("uploadId"))
+	dctx, cancel := s.dbctx()
+	a, tracked, err := s.deps.Tracker.UploadAttempt(dctx, uploadID)
+	cancel()
+	if err != nil {
+		return errInternal
+	}
+	if tracked && a.Bucket == r.bucket && a.Key == r.key && settled(a.State) {
+		return s.completedAlready(ctx, r, a)
+	}
+	u, e := s.buildUpstream(ctx, r)
+	if e != nil {
+		return e
+	}
+	defer u.finish(r)
+	w := keyWrite{
+		op: "complete", declared: -1, clientCond: hasClientCondition(ctx),
+		acknowledge: func(resp *http.Response) (meta.Entry, *apiError) {
+			body, e := readResult(resp)
+			if e != nil {
+				return meta.Entry{}, e
+			}
+			ent := meta.Entry{ETag: trimETag(xmlElement(body, "ETag")), Size: -1}
+			// The answer has no size: ask the store (outside any transaction).
+			hctx, cancel := context.WithTimeout(context.Background(), s.leases.Config().DBTimeout)
+			defer cancel()
+			if obj, err := s.store.Head(hctx, r.bucket, r.key); err == nil && obj.Exists && obj.ETag == ent.ETag {
+				ent.Size = obj.Size
+			}
+			return ent, nil
+		},
+	}
+	if tracked {
+		w.attemptID = a.ID
+		w.afterSettle = func() (bool, *apiError) {
+			dctx, cancel := s.dbctx()
+			a, _, err := s.deps.Tracker.UploadAttempt(dctx, uploadID)
+			cancel()
+			if err == nil && settled(a.State) {
+				return true, s.completedAlready(ctx, r, a)
+			}
+			return false, nil
+		}
+	}
+	return s.writeKey(ctx, r, u, w)
+}
+
+func settled(state string) bool { return state == meta.StateCommitted || state == meta.StateAdopted }
+
+// completedAlready answers a repeated Complete with the first one's result.
+func (s *Server) completedAlready(ctx *fasthttp.RequestCtx, r *request, a meta.Attempt) *apiError {
+	if ctx.Request.Header.ContentLength() != 0 {
+		ctx.SetConnectionClose() // its body (the part list) is not needed
+	}
+	var b []byte
+	b = append(b, `<?xml version="1.0" encoding="UTF-8"?>`+"\n"+`<CompleteMultipartUploadResult xmlns="http://s3.amazonaws.com/doc/2006-03-01/"><Location>`...)
+	b = appendXMLEscaped(b, "/"+r.bucket+"/"+r.key)
+	b = append(b, "</Location><Bucket>"...)
+	b = appendXMLEscaped(b, r.bucket)
+	b = append(b, "</Bucket><Key>"...)
+	b = appendXMLEscaped(b, r.key)
+	b = append(b, "</Key><ETag>&quot;"...)
+	b = appendXMLEscaped(b, a.ETag)
+	b = append(b, "&quot;</ETag></CompleteMultipartUploadResult>"...)
+	ctx.Response.Header.DisableNormalizing()
+	ctx.SetStatusCode(http.StatusOK)
+	ctx.SetContentType("application/xml")
+	ctx.Response.Header.Set("x-amz-request-id", r.id)
+	ctx.Response.Header.Set(generationHeader, strconv.FormatInt(a.Generation, 10))
+	ctx.SetBody(b)
+	return nil
+}

@@ -1,0 +1,160 @@
+package gateway
+
+import (
+	"bytes"
+	"html"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+
+	"github.com/valyala/fasthttp"
+)
+
+// responseNotRelayed are the store's headers that describe its hop, not the
+// answer (fasthttp frames the body itself).
+var responseNotRelayed = map[string]bool{
+	"Connection": true, "Keep-Alive": true, "Proxy-Connection": true, "Te": true, "Trailer": true,
+	"Transfer-Encoding": true, "Upgrade": true, "Content-Length": true, "Date": true, "Server": true,
+	"X-Amz-Request-Id": true,
+	// fencegate's attribution metadata stays between fencegate and the store.
+	"X-Amz-Meta-Fencegate-Attempt": true,
+}
+
+// backendAuthCodes are the store's answers that mean fencegate's own backend
+// credentials or clock are wrong, never the client's: a client cannot fix them.
+var backendAuthCodes = map[string]bool{
+	"InvalidAccessKeyId": true, "SignatureDoesNotMatch": true, "RequestTimeTooSkewed": true,
+}
+
+const maxPeekedError = 64 << 10
+
+// relay streams the store's answer back to the client: status, end-to-end
+// headers and body, as the store sent them.
+func (s *Server) relay(ctx *fasthttp.RequestCtx, r *request, resp *http.Response) *apiError {
+	var peeked []byte
+	if resp.StatusCode == http.StatusForbidden && !ctx.IsHead() {
+		peeked, _ = io.ReadAll(io.LimitReader(resp.Body, maxPeekedError))
+		if code := xmlElement(peeked, "Code"); backendAuthCodes[code] {
+			resp.Body.Close()
+			s.deps.Log.Error("the store refused fencegate's own credentials: check --backend-access-key, --backend-secret-key, --backend-region and this host's clock",
+				"request_id", r.id, "store_code", code, "store_message", xmlElement(peeked, "Message"))
+			return errBackendAuth
+		}
+	}
+	if r.op.Name == "ListBuckets" && resp.StatusCode == http.StatusOK && !r.akey.seesAllBuckets() {
+		body, err := io.ReadAll(io.LimitReader(resp.Body, 16<<20))
+		resp.Body.Close()
+		if err != nil {
+			return errStoreUnreached
+		}
+		peeked = filterBuckets(body, r.akey)
+		resp.Body = http.NoBody
+		resp.ContentLength = int64(len(peeked))
+	}
+
+	h := &ctx.Response.Header
+	h.DisableNormalizing()
+	ctx.SetStatusCode(resp.StatusCode)
+	for k, vs := range resp.Header {
+		if responseNotRelayed[k] {
+			continue
+		}
+		if k == "Content-Type" {
+			h.SetContentType(vs[0])
+			continue
+		}
+		for _, v := range vs {
+			h.Add(k, v)
+		}
+	}
+	h.Set("x-amz-request-id", r.id)
+	if id := resp.Header.Get("X-Amz-Request-Id"); id != "" {
+		h.Set("x-fencegate-store-request-id", id)
+	}
+
+	switch {
+	case ctx.IsHead():
+		resp.Body.Close()
+		if cl := resp.Header.Get("Content-Length"); cl != "" {
+			if n, err := strconv.ParseInt(cl, 10, 64); err == nil {
+				h.SetContentLength(int(n))
+			}
+		} else if resp.ContentLength >= 0 {
+			h.SetContentLength(int(resp.ContentLength))
+		}
+		ctx.Response.SkipBody = true
+	case peeked != nil:
+		rest, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		ctx.SetBody(append(peeked, rest...))
+	default:
+		r.out = &countingBody{rc: resp.Body, cancel: r.cancelUpstream}
+		ctx.SetBodyStream(r.out, int(resp.ContentLength))
+	}
+	return nil
+}
+
+// countingBody counts the bytes relayed to the client; fasthttp closes it when
+// the response has been written, which is when the request is logged.
+type countingBody struct {
+	rc      io.ReadCloser
+	n       int64
+	cancel  func()
+	onClose func(n int64)
+}
+
+func (c *countingBody) Read(p []byte) (int, error) {
+	n, err := c.rc.Read(p)
+	c.n += int64(n)
+	return n, err
+}
+
+func (c *countingBody) Close() error {
+	err := c.rc.Close()
+	if c.cancel != nil {
+		c.cancel()
+	}
+	if c.onClose != nil {
+		c.onClose(c.n)
+		c.onClose = nil
+	}
+	return err
+}
+
+// xmlElement is the text of the first <name> element in a small XML document.
+func xmlElement(doc []byte, name string) string {
+	open := []byte("<" + name + ">")
+	i := bytes.Index(doc, open)
+	if i < 0 {
+		return ""
+	}
+	rest := doc[i+len(open):]
+	j := bytes.Index(rest, []byte("</"+name+">"))
+	if j < 0 {
+		return ""
+	}
+	return html.UnescapeString(strings.TrimSpace(string(rest[:j])))
+}
+
+// filterBuckets drops from a ListBuckets answer the buckets key has no grant on.
+func filterBuckets(doc []byte, key *AccessKey) []byte {
+	var out []byte
+	rest := doc
+	for {
+		i := bytes.Index(rest, []byte("<Bucket>"))
+		if i < 0 {
+			return append(out, rest...)
+		}
+		j := bytes.Index(rest[i:], []byte("</Bucket>"))
+		if j < 0 {
+			return append(out, rest...)
+		}
+		end := i + j + len("</Bucket>")
+		out = append(out, rest[:i]...)
+		if key.seesBucket(xmlElement(rest[i:end], "Name")) {
+			out = append(out, rest[i:end]...)
+		}
+		rest = rest[end:]
+	}
+}

@@ -1,0 +1,101 @@
+package gateway
+
+import (
+	"bytes"
+	"strings"
+)
+
+// route finds the bucket and the decoded key a request addresses, from a
+// virtual-host name under one of domains ("bucket.s3.example.com") or from the
+// first path segment (path style). Both spellings, and `+` versus `%2B`, yield the
+// same key bytes: the key is the percent-decoded path, where `+` stays `+`.
+func route(host, rawPath []byte, domains []string) (bucket, key string, ok bool) {
+	h := string(stripPort(host))
+	path, ok := percentDecode(rawPath)
+	if !ok {
+		return "", "", false
+	}
+	path = strings.TrimPrefix(path, "/")
+	for _, d := range domains {
+		if len(h) > len(d)+1 && strings.HasSuffix(h, d) && h[len(h)-len(d)-1] == '.' {
+			return h[:len(h)-len(d)-1], path, true
+		}
+	}
+	bucket, key, _ = strings.Cut(path, "/")
+	return bucket, key, true
+}
+
+func stripPort(host []byte) []byte {
+	if i := bytes.LastIndexByte(host, ':'); i >= 0 && !bytes.Contains(host[i:], []byte("]")) {
+		return host[:i]
+	}
+	return host
+}
+
+func unhexDigit(c byte) (byte, bool) {
+	switch {
+	case '0' <= c && c <= '9':
+		return c - '0', true
+	case 'a' <= c && c <= 'f':
+		return c - 'a' + 10, true
+	case 'A' <= c && c <= 'F':
+		return c - 'A' + 10, true
+	}
+	return 0, false
+}
+
+// percentDecode decodes %XX escapes only (a path's `+` is a plus sign).
+func percentDecode(s []byte) (string, bool) {
+	if bytes.IndexByte(s, '%') < 0 {
+		return string(s), true
+	}
+	out := make([]byte, 0, len(s))
+	for i := 0; i < len(s); i++ {
+		if s[i] != '%' {
+			out = append(out, s[i])
+			continue
+		}
+		if i+2 >= len(s) {
+			return "", false
+		}
+		hi, ok1 := unhexDigit(s[i+1])
+		lo, ok2 := unhexDigit(s[i+2])
+		if !ok1 || !ok2 {
+			return "", false
+		}
+		out = append(out, hi<<4|lo)
+		i += 2
+	}
+	return string(out), true
+}
+
+// escapeKeyPath encodes a key for the store's path the way S3 signers do:
+// unreserved characters and '/' as they are, every other byte as %XX.
+func escapeKeyPath(dst []byte, s string) []byte {
+	const hex = "0123456789ABCDEF"
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '-' || c == '_' || c == '.' || c == '~' || c == '/' {
+			dst = append(dst, c)
+		} else {
+			dst = append(dst, '%', hex[c>>4], hex[c&15])
+		}
+	}
+	return dst
+}
+
+// validBucketName applies S3's naming rules loosely enough for existing buckets
+// (3-255 characters of letters, digits, '.', '-', '_'), so that a path like
+// "/../" can never address something that is not a bucket.
+func validBucketName(b string) bool {
+	if len(b) < 3 || len(b) > 255 {
+		return false
+	}
+	for i := 0; i < len(b); i++ {
+		c := b[i]
+		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '.' || c == '-' || c == '_') {
+			return false
+		}
+	}
+	return b != ".." && b != "."
+}

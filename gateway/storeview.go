@@ -1,0 +1,65 @@
+package gateway
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+
+	"github.com/fencegate/fencegate/lease"
+)
+
+// storeView is the storage I/O the write protocol needs, over the backend.
+type storeView struct{ b *backend }
+
+// Head reports what the store holds at a key and who wrote it.
+func (v storeView) Head(ctx context.Context, bucket, key string) (lease.Object, error) {
+	return v.headVersion(ctx, bucket, key, "")
+}
+
+func (v storeView) headVersion(ctx context.Context, bucket, key, versionID string) (lease.Object, error) {
+	var info objectInfo
+	err := v.head(ctx, bucket, key, versionID, &info)
+	return info.Object, err
+}
+
+// objectInfo is a HEAD's answer: the object, and the headers a copy restates.
+type objectInfo struct {
+	lease.Object
+	Header http.Header
+}
+
+func (v storeView) head(ctx context.Context, bucket, key, versionID string, out *objectInfo) error {
+	q := ""
+	if versionID != "" {
+		q = "versionId=" + url.QueryEscape(versionID)
+	}
+	req, err := v.b.newRequest(ctx, http.MethodHead, bucket, key, q)
+	if err != nil {
+		return err
+	}
+	resp, err := v.b.send(req, emptySHA256)
+	if err != nil {
+		return err
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	switch resp.StatusCode {
+	case http.StatusOK:
+		out.Exists = true
+		out.ETag = trimETag(resp.Header.Get("ETag"))
+		out.Size, _ = strconv.ParseInt(resp.Header.Get("Content-Length"), 10, 64)
+		out.AttemptID = resp.Header.Get(attemptHeader)
+		out.Header = resp.Header
+		return nil
+	case http.StatusNotFound:
+		return nil
+	default:
+		return fmt.Errorf("HEAD %s/%s: store answered %s", bucket, key, resp.Status)
+	}
+}
+
+func trimETag(s string) string { return strings.Trim(strings.TrimSpace(s), `"`) }

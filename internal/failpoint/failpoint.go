@@ -1,0 +1,19 @@
+// Package failpoint lets a test make the process die at a named step of the
+// write protocol, the one test hook allowed inside the product (DESIGN.md):
+// FENCEGATE_FAILPOINT=name kills the process with SIGKILL when Hit(name) runs.
+package failpoint
+
+import (
+	"os"
+	"syscall"
+)
+
+var armed = os.Getenv("FENCEGATE_FAILPOINT")
+
+// Hit kills the process if the named failpoint is armed.
+func Hit(name string) {
+	if armed != "" && armed == name {
+		_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
+		select {} // SIGKILL is not deliverable late; never continue past the point
+	}
+}

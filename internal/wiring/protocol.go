@@ -1,0 +1,26 @@
+package wiring
+
+import (
+	"fmt"
+	"os"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/fencegate/fencegate/lease"
+	"github.com/fencegate/fencegate/meta"
+)
+
+// GatewayID names this process on the attempts it records.
+func GatewayID() string {
+	host, _ := os.Hostname()
+	return fmt.Sprintf("%s/%d/%s", host, os.Getpid(), meta.NewID()[:8])
+}
+
+// Protocol builds the write protocol's lease manager and bookkeeping on pool.
+func Protocol(pool *pgxpool.Pool, cfg lease.Config) (*lease.Manager, Tracker) {
+	if cfg.Gateway == "" {
+		cfg.Gateway = GatewayID()
+	}
+	catalog := &meta.Catalog{Pool: pool}
+	return lease.NewManager(cfg, catalog, nil), Tracker{Catalog: catalog, Gateway: cfg.Gateway}
+}

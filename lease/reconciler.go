@@ -1,0 +1,109 @@
+package lease
+
+import (
+	"context"
+	"log/slog"
+	"time"
+)
+
+// ReconcilerConfig tunes the reconciler.
+type ReconcilerConfig struct {
+	Interval time.Duration // between scans (20 s); a scan also runs at start-up
+	Batch    int           // keys claimed per scan, at most 100
+	ClaimFor time.Duration // how long a claim keeps other reconcilers off a key
+}
+
+// Reconciler settles keys whose attempts are unresolved (W7, the part this
+// issue needs): unknown outcomes and attempts of holders that died. To settle a
+// key it holds the key's lease like any writer, so it never touches a live
+// attempt of another gateway.
+type Reconciler struct {
+	cfg   ReconcilerConfig
+	m     *Manager
+	store Store
+	log   *slog.Logger
+	// Settled, if set, is told the outcome of each scan (a test signal).
+	Settled func(ScanResult)
+}
+
+// ScanResult counts one scan.
+type ScanResult struct {
+	Claimed, Settled, Busy, Errors int
+}
+
+func NewReconciler(cfg ReconcilerConfig, m *Manager, store Store, log *slog.Logger) *Reconciler {
+	if cfg.Interval == 0 {
+		cfg.Interval = 20 * time.Second
+	}
+	if cfg.Batch <= 0 || cfg.Batch > 100 {
+		cfg.Batch = 100
+	}
+	if cfg.ClaimFor == 0 {
+		cfg.ClaimFor = 2 * m.cfg.TTL
+	}
+	if log == nil {
+		log = slog.Default()
+	}
+	return &Reconciler{cfg: cfg, m: m, store: store, log: log}
+}
+
+// Run scans at once, then every Interval, until ctx ends.
+func (r *Reconciler) Run(ctx context.Context) {
+	t := time.NewTicker(r.cfg.Interval)
+	defer t.Stop()
+	for {
+		res, err := r.RunOnce(ctx)
+		if err != nil && ctx.Err() == nil {
+			r.log.Warn("reconciler scan failed", "err", err)
+		}
+		if r.Settled != nil {
+			r.Settled(res)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// RunOnce claims one batch of keys and settles each.
+func (r *Reconciler) RunOnce(ctx context.Context) (ScanResult, error) {
+	var res ScanResult
+	dctx, cancel := r.m.dbctx(ctx)
+	keys, err := r.m.db.ClaimUnresolved(dctx, r.cfg.Batch, r.cfg.ClaimFor)
+	cancel()
+	if err != nil {
+		return res, err
+	}
+	res.Claimed = len(keys)
+	for _, k := range keys {
+		if ctx.Err() != nil {
+			return res, ctx.Err()
+		}
+		switch err := r.settleKey(ctx, k[0], k[1]); err {
+		case nil:
+			res.Settled++
+		case ErrBusy:
+			res.Busy++ // a live writer holds it and will settle it itself
+		default:
+			res.Errors++
+			r.log.Warn("reconciler could not settle a key; it will be tried again", "bucket", k[0], "key", k[1], "err", err)
+			nctx, cancel := r.m.dbctx(ctx)
+			_ = r.m.db.NoteTry(nctx, k[0], k[1], err.Error())
+			cancel()
+		}
+	}
+	return res, nil
+}
+
+func (r *Reconciler) settleKey(ctx context.Context, bucket, key string) error {
+	l, err := r.m.Acquire(ctx, Request{Bucket: bucket, Key: key, Op: "settle", NoWait: true, settle: true, DeclaredSize: -1})
+	if err != nil {
+		return err
+	}
+	_, err = l.Settle(ctx, r.store)
+	l.stopRenewing()
+	l.finish("", "", "")
+	return err
+}

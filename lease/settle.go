@@ -1,0 +1,169 @@
+package lease
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/fencegate/fencegate/meta"
+)
+
+// Object is what the store holds at a key, as a HEAD shows it.
+type Object struct {
+	Exists    bool
+	ETag      string // without quotes
+	Size      int64
+	AttemptID string // fencegate's attribution metadata, "" if none
+}
+
+// Store is the storage I/O settling needs.
+type Store interface {
+	Head(ctx context.Context, bucket, key string) (Object, error)
+}
+
+// Fence is the key's state a write must be conditioned on at the store:
+// If-Match ETag when Exists, else If-None-Match: *.
+type Fence struct {
+	Exists bool
+	ETag   string
+}
+
+// Settle brings the catalog up to what the store holds at the lease's key
+// before a write (W3): when the key has unresolved attempts, or the catalog has
+// never seen it and its bucket is not known complete, it HEADs the key and
+// attributes the bytes by their attempt id. A landed unknown attempt (size
+// matching what it declared) is adopted as a new generation; bytes with no or
+// a foreign attempt id become an external generation; a key gone from under a
+// live catalog row gets a delete generation. All of it is committed under this
+// lease, with no storage I/O inside any transaction. It returns the fence for
+// the write that follows.
+func (l *Lease) Settle(ctx context.Context, store Store) (Fence, error) {
+	m := l.m
+	dctx, cancel := m.dbctx(ctx)
+	ks, err := m.db.KeyState(dctx, l.Bucket, l.Key)
+	cancel()
+	if err != nil {
+		return Fence{}, err
+	}
+	var unresolved []meta.Attempt
+	for _, a := range ks.Unresolved {
+		if a.ID != l.AttemptID {
+			unresolved = append(unresolved, a)
+		}
+	}
+	e := ks.Entry
+	if len(unresolved) == 0 && (e != nil || ks.BucketComplete) {
+		m.Metrics.Settlements.WithLabelValues("in_sync").Inc()
+		return fenceOf(e), nil
+	}
+	obj, err := store.Head(ctx, l.Bucket, l.Key)
+	if err != nil {
+		return Fence{}, fmt.Errorf("settle %s/%s: %w", l.Bucket, l.Key, err)
+	}
+	if l.isLost() {
+		return Fence{}, meta.ErrLeaseLost
+	}
+	if err := l.record(ctx, e, unresolved, obj); err != nil {
+		return Fence{}, err
+	}
+	dctx, cancel = m.dbctx(ctx)
+	defer cancel()
+	if err := m.db.MarkDeadUnknown(dctx, l.Bucket, l.Key); err != nil {
+		return Fence{}, err
+	}
+	if obj.Exists {
+		return Fence{Exists: true, ETag: obj.ETag}, nil
+	}
+	return Fence{}, nil
+}
+
+func fenceOf(e *meta.Entry) Fence {
+	if e == nil || e.Deleted {
+		return Fence{}
+	}
+	return Fence{Exists: true, ETag: e.ETag}
+}
+
+// record commits what the HEAD found, if the catalog does not already say it.
+func (l *Lease) record(ctx context.Context, e *meta.Entry, unresolved []meta.Attempt, obj Object) error {
+	m := l.m
+	p := meta.CommitParams{Bucket: l.Bucket, Key: l.Key, Holder: l.AttemptID}
+	kind := ""
+	switch {
+	case !obj.Exists && (e == nil || e.Deleted):
+		m.Metrics.Settlements.WithLabelValues("in_sync").Inc()
+		return nil
+	case !obj.Exists:
+		p.Entry = meta.Entry{Deleted: true, Origin: meta.OriginExternal}
+		kind = "deleted_external"
+		for _, a := range unresolved {
+			if a.Op == "delete" {
+				p.Settled, p.SettledState = a.ID, meta.StateAdopted
+				p.Entry.Origin, p.Entry.AttemptID = meta.OriginAdopted, a.ID
+				kind = "deleted_adopted"
+				break
+			}
+		}
+	case e != nil && !e.Deleted && e.ETag == obj.ETag && e.AttemptID == obj.AttemptID:
+		m.Metrics.Settlements.WithLabelValues("in_sync").Inc()
+		return nil
+	case obj.AttemptID != "" && obj.AttemptID == l.AttemptID:
+		// This attempt already landed: a retry of a write whose answer was lost
+		// (a repeated CompleteMultipartUpload). Adopt it once.
+		p.Entry = meta.Entry{ETag: obj.ETag, Size: obj.Size, Origin: meta.OriginAdopted, AttemptID: l.AttemptID}
+		p.Settled, p.SettledState = l.AttemptID, meta.StateAdopted
+		kind = "adopted"
+	default:
+		p.Entry = meta.Entry{ETag: obj.ETag, Size: obj.Size, Origin: meta.OriginExternal}
+		kind = "external"
+		if a, ok := l.attribute(ctx, unresolved, obj); ok {
+			p.Settled, p.SettledState = a.ID, meta.StateAdopted
+			p.Entry.Origin, p.Entry.AttemptID = meta.OriginAdopted, a.ID
+			kind = "adopted"
+		} else {
+			p.Entry.AttemptID = "" // foreign or absent attribution
+		}
+	}
+	dctx, cancel := m.dbctx(ctx)
+	defer cancel()
+	if _, err := m.db.Commit(dctx, p); err != nil {
+		return err
+	}
+	m.Metrics.Settlements.WithLabelValues(kind).Inc()
+	return nil
+}
+
+// attribute finds the attempt whose id the bytes carry and checks them against
+// what it declared. A landing of an attempt already retired as failed (the
+// documented ETag limit, or a fence that reopened) is adopted too: bytes never
+// lie about who wrote them.
+func (l *Lease) attribute(ctx context.Context, unresolved []meta.Attempt, obj Object) (meta.Attempt, bool) {
+	if obj.AttemptID == "" {
+		return meta.Attempt{}, false
+	}
+	var a meta.Attempt
+	found := false
+	for _, u := range unresolved {
+		if u.ID == obj.AttemptID {
+			a, found = u, true
+		}
+	}
+	if !found {
+		dctx, cancel := l.m.dbctx(ctx)
+		defer cancel()
+		got, err := l.m.db.AttemptByID(dctx, obj.AttemptID)
+		if err != nil || got.Bucket != l.Bucket || got.Key != l.Key || got.State != meta.StateFailed {
+			if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+				return meta.Attempt{}, false
+			}
+			return meta.Attempt{}, false
+		}
+		a = got
+	}
+	if a.Op == "delete" || a.DeclaredSize >= 0 && a.DeclaredSize != obj.Size {
+		return meta.Attempt{}, false
+	}
+	return a, true
+}

@@ -1,0 +1,451 @@
+package meta
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// Attempt states (see migrations/0002_write_protocol.sql for their meaning).
+const (
+	StateLeased    = "leased"
+	StateOpen      = "open"
+	StateCommitted = "committed"
+	StateAdopted   = "adopted"
+	StateUnknown   = "unknown"
+	StateFailed    = "failed"
+	StateAborted   = "aborted"
+)
+
+// Generation origins.
+const (
+	OriginFencegate = "fencegate"
+	OriginAdopted   = "adopted"
+	OriginExternal  = "external"
+)
+
+// ErrLeaseLost: the caller's lease expired or was taken over; nothing was
+// committed.
+var ErrLeaseLost = errors.New("lease lost")
+
+// NewID is a random UUID (version 4), the form of attempt ids.
+func NewID() string {
+	var b [16]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		panic(err)
+	}
+	b[6] = b[6]&0x0f | 0x40
+	b[8] = b[8]&0x3f | 0x80
+	h := hex.EncodeToString(b[:])
+	return h[0:8] + "-" + h[8:12] + "-" + h[12:16] + "-" + h[16:20] + "-" + h[20:32]
+}
+
+// Attempt is one write or multipart upload.
+type Attempt struct {
+	ID           string
+	Bucket, Key  string
+	Op           string
+	State        string
+	Gateway      string
+	DeclaredSize int64 // -1: not known
+	Checksum     string
+	UploadID     string
+	Generation   int64
+	ETag         string
+}
+
+// Entry is a key's catalog row: what it resolves to now.
+type Entry struct {
+	Generation  int64
+	ETag        string
+	Size        int64
+	AttemptID   string
+	Deleted     bool
+	Origin      string
+	CommittedAt time.Time
+}
+
+// KeyState is what a writer needs to settle a key before writing it.
+type KeyState struct {
+	Entry          *Entry    // nil: the catalog has never seen the key
+	Unresolved     []Attempt // unknown attempts, and leased ones whose holder lost the lease
+	BucketComplete bool
+}
+
+// Catalog holds every query of the write protocol. Each method is one short
+// transaction; none waits on storage I/O.
+type Catalog struct{ Pool *pgxpool.Pool }
+
+// AcquireParams describes a lease request and the attempt it records.
+type AcquireParams struct {
+	Bucket, Key string
+	Attempt     Attempt // ID set; for an existing (multipart) attempt, Existing is true
+	Existing    bool
+	// NoAttempt: the holder is a settler (the reconciler), not a write.
+	NoAttempt bool
+	TTL       time.Duration
+}
+
+// Acquire takes the key's lease for p.Attempt if it is free or expired and
+// records the attempt as leased, in one transaction (W1, W2). A previous holder
+// whose lease expired becomes unknown: it may have landed. It reports false
+// (and commits nothing) while another holder's lease is live.
+func (c *Catalog) Acquire(ctx context.Context, p AcquireParams) (bool, error) {
+	acquired := false
+	err := pgx.BeginFunc(ctx, c.Pool, func(tx pgx.Tx) error {
+		var holder *string
+		var live bool
+		err := tx.QueryRow(ctx, `SELECT holder::text, coalesce(expires_at > clock_timestamp(), false)
+			FROM leases WHERE bucket = $1 AND key = $2 FOR UPDATE`, p.Bucket, p.Key).Scan(&holder, &live)
+		switch {
+		case errors.Is(err, pgx.ErrNoRows):
+			tag, err := tx.Exec(ctx, `INSERT INTO leases (bucket, key, holder, expires_at)
+				VALUES ($1, $2, $3, clock_timestamp() + $4::interval) ON CONFLICT DO NOTHING`,
+				p.Bucket, p.Key, p.Attempt.ID, p.TTL.String())
+			if err != nil {
+				return err
+			}
+			if tag.RowsAffected() == 0 {
+				return nil // another writer inserted it first: not acquired this time
+			}
+		case err != nil:
+			return err
+		case holder != nil && live:
+			return nil
+		default:
+			if _, err := tx.Exec(ctx, `UPDATE leases SET holder = $3, expires_at = clock_timestamp() + $4::interval
+				WHERE bucket = $1 AND key = $2`, p.Bucket, p.Key, p.Attempt.ID, p.TTL.String()); err != nil {
+				return err
+			}
+			if holder != nil {
+				if _, err := tx.Exec(ctx, `UPDATE attempts SET state = 'unknown', reason = 'lease expired', updated_at = clock_timestamp()
+					WHERE attempt_id = $1 AND state = 'leased'`, *holder); err != nil {
+					return err
+				}
+			}
+		}
+		a := p.Attempt
+		if p.NoAttempt {
+			acquired = true
+			return nil
+		}
+		if p.Existing {
+			// A settled attempt stays settled: a retry of its Complete finds it so.
+			if _, err := tx.Exec(ctx, `UPDATE attempts SET state = 'leased', gateway = $2, updated_at = clock_timestamp()
+				WHERE attempt_id = $1 AND state NOT IN ('committed', 'adopted', 'aborted')`, a.ID, a.Gateway); err != nil {
+				return err
+			}
+		} else if _, err := tx.Exec(ctx, `INSERT INTO attempts (attempt_id, bucket, key, op, state, gateway, declared_size, checksum, upload_id)
+			VALUES ($1, $2, $3, $4, 'leased', $5, $6, nullif($7, ''), nullif($8, ''))`,
+			a.ID, p.Bucket, p.Key, a.Op, a.Gateway, nullSize(a.DeclaredSize), a.Checksum, a.UploadID); err != nil {
+			return err
+		}
+		acquired = true
+		return nil
+	})
+	return acquired, err
+}
+
+func nullSize(n int64) any {
+	if n < 0 {
+		return nil
+	}
+	return n
+}
+
+// Renew extends a live lease held by holder. false: it is no longer held (expired
+// or taken over): the holder must stop.
+func (c *Catalog) Renew(ctx context.Context, bucket, key, holder string, ttl time.Duration) (bool, error) {
+	tag, err := c.Pool.Exec(ctx, `UPDATE leases SET expires_at = clock_timestamp() + $4::interval
+		WHERE bucket = $1 AND key = $2 AND holder = $3 AND expires_at > clock_timestamp()`, bucket, key, holder, ttl.String())
+	if err != nil {
+		return false, err
+	}
+	return tag.RowsAffected() == 1, nil
+}
+
+// Release frees the lease if holder still has it and, in the same transaction,
+// moves the holder's attempt from leased to state (with reason).
+func (c *Catalog) Release(ctx context.Context, bucket, key, holder, state, reason string) error {
+	return pgx.BeginFunc(ctx, c.Pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `UPDATE leases SET holder = NULL, expires_at = NULL
+			WHERE bucket = $1 AND key = $2 AND holder = $3`, bucket, key, holder); err != nil {
+			return err
+		}
+		if state == "" {
+			return nil
+		}
+		_, err := tx.Exec(ctx, `UPDATE attempts SET state = $2, reason = nullif($3, ''), updated_at = clock_timestamp()
+			WHERE attempt_id = $1 AND state = 'leased'`, holder, state, reason)
+		return err
+	})
+}
+
+// KeyState reads the catalog row, the unresolved attempts and the bucket's
+// completeness for a key.
+func (c *Catalog) KeyState(ctx context.Context, bucket, key string) (KeyState, error) {
+	var ks KeyState
+	err := pgx.BeginTxFunc(ctx, c.Pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
+		var e Entry
+		var etag, attempt *string
+		var size *int64
+		err := tx.QueryRow(ctx, `SELECT generation, etag, size, attempt_id::text, deleted, origin, committed_at
+			FROM catalog WHERE bucket = $1 AND key = $2`, bucket, key).
+			Scan(&e.Generation, &etag, &size, &attempt, &e.Deleted, &e.Origin, &e.CommittedAt)
+		if err == nil {
+			e.ETag, e.AttemptID, e.Size = deref(etag), deref(attempt), derefSize(size)
+			ks.Entry = &e
+		} else if !errors.Is(err, pgx.ErrNoRows) {
+			return err
+		}
+		if err := tx.QueryRow(ctx, `SELECT coalesce((SELECT complete FROM buckets WHERE bucket = $1), false)`, bucket).Scan(&ks.BucketComplete); err != nil {
+			return err
+		}
+		ks.Unresolved, err = scanAttempts(tx.Query(ctx, `SELECT `+attemptColumns+` FROM attempts a
+			WHERE bucket = $1 AND key = $2 AND (state = 'unknown' OR (state = 'leased' AND NOT EXISTS (
+				SELECT 1 FROM leases l WHERE l.bucket = a.bucket AND l.key = a.key AND l.holder = a.attempt_id AND l.expires_at > clock_timestamp())))
+			ORDER BY created_at`, bucket, key))
+		return err
+	})
+	return ks, err
+}
+
+const attemptColumns = `attempt_id::text, bucket, key, op, state, gateway, coalesce(declared_size, -1), coalesce(checksum, ''),
+	coalesce(upload_id, ''), coalesce(generation, 0), coalesce(etag, '')`
+
+func scanAttempts(rows pgx.Rows, err error) ([]Attempt, error) {
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (Attempt, error) {
+		var a Attempt
+		err := r.Scan(&a.ID, &a.Bucket, &a.Key, &a.Op, &a.State, &a.Gateway, &a.DeclaredSize, &a.Checksum, &a.UploadID, &a.Generation, &a.ETag)
+		return a, err
+	})
+}
+
+// AttemptByID reads one attempt.
+func (c *Catalog) AttemptByID(ctx context.Context, id string) (Attempt, error) {
+	as, err := scanAttempts(c.Pool.Query(ctx, `SELECT `+attemptColumns+` FROM attempts WHERE attempt_id = $1`, id))
+	if err != nil {
+		return Attempt{}, err
+	}
+	if len(as) == 0 {
+		return Attempt{}, pgx.ErrNoRows
+	}
+	return as[0], nil
+}
+
+func deref(s *string) string {
+	if s == nil {
+		return ""
+	}
+	return *s
+}
+
+func derefSize(n *int64) int64 {
+	if n == nil {
+		return -1
+	}
+	return *n
+}
+
+// CommitParams records a generation under the caller's lease.
+type CommitParams struct {
+	Bucket, Key string
+	Holder      string // the lease holder (an attempt id)
+	// Settled is the attempt this generation settles and the state it moves to:
+	// the holder itself (committed) or an unknown attempt found at the key
+	// (adopted). Empty for an external generation.
+	Settled      string
+	SettledState string
+	Entry        Entry // ETag, Size, AttemptID (on the bytes), Deleted, Origin
+	// Release frees the lease in the same transaction (a writer's own commit).
+	Release bool
+}
+
+// Commit is the verified, locked commit (W5): it locks the key's lease row (the
+// row a takeover locks), then checks in a later statement, on clock_timestamp(),
+// that the caller still holds a live lease, so waiting for the lock never
+// authorizes an expired writer. The generation, catalog row, history row,
+// outbox event and attempt state are written together; unknown attempts of the
+// key that this generation supersedes become failed when the holder's own write
+// committed (its fence excluded them).
+func (c *Catalog) Commit(ctx context.Context, p CommitParams) (int64, error) {
+	var gen int64
+	err := pgx.BeginFunc(ctx, c.Pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `SELECT 1 FROM leases WHERE bucket = $1 AND key = $2 FOR UPDATE`, p.Bucket, p.Key); err != nil {
+			return err
+		}
+		var held bool
+		err := tx.QueryRow(ctx, `SELECT coalesce(holder = $3 AND expires_at > clock_timestamp(), false)
+			FROM leases WHERE bucket = $1 AND key = $2`, p.Bucket, p.Key, p.Holder).Scan(&held)
+		if errors.Is(err, pgx.ErrNoRows) || err == nil && !held {
+			return ErrLeaseLost
+		}
+		if err != nil {
+			return err
+		}
+		e := p.Entry
+		var at time.Time
+		if err := tx.QueryRow(ctx, `SELECT nextval('generation_seq'), clock_timestamp()`).Scan(&gen, &at); err != nil {
+			return err
+		}
+		attempt := nullID(e.AttemptID)
+		if _, err := tx.Exec(ctx, `INSERT INTO generations (bucket, key, generation, etag, size, attempt_id, deleted, origin, committed_at)
+			VALUES ($1, $2, $3, nullif($4, ''), $5, $6, $7, $8, $9)`,
+			p.Bucket, p.Key, gen, e.ETag, nullSize(e.Size), attempt, e.Deleted, e.Origin, at); err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, `INSERT INTO catalog (bucket, key, generation, etag, size, attempt_id, deleted, origin, committed_at)
+			VALUES ($1, $2, $3, nullif($4, ''), $5, $6, $7, $8, $9)
+			ON CONFLICT (bucket, key) DO UPDATE SET generation = EXCLUDED.generation, etag = EXCLUDED.etag, size = EXCLUDED.size,
+				attempt_id = EXCLUDED.attempt_id, deleted = EXCLUDED.deleted, origin = EXCLUDED.origin, committed_at = EXCLUDED.committed_at`,
+			p.Bucket, p.Key, gen, e.ETag, nullSize(e.Size), attempt, e.Deleted, e.Origin, at); err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, `INSERT INTO outbox (bucket, key, generation, etag, size, deleted, origin, attempt_id, committed_at)
+			VALUES ($1, $2, $3, nullif($4, ''), $5, $6, $7, $8, $9)`,
+			p.Bucket, p.Key, gen, e.ETag, nullSize(e.Size), e.Deleted, e.Origin, attempt, at); err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, `SELECT pg_notify('fencegate_outbox', $1)`, fmt.Sprintf("%s/%s", p.Bucket, p.Key)); err != nil {
+			return err
+		}
+		if p.Settled != "" {
+			if _, err := tx.Exec(ctx, `UPDATE attempts SET state = $2, generation = $3, etag = nullif($4, ''), reason = NULL,
+				updated_at = clock_timestamp(), claim_token = NULL, claimed_until = NULL WHERE attempt_id = $1`,
+				p.Settled, p.SettledState, gen, e.ETag); err != nil {
+				return err
+			}
+		}
+		if p.Settled == p.Holder && p.SettledState == StateCommitted {
+			if _, err := tx.Exec(ctx, `UPDATE attempts SET state = 'failed', reason = $3, updated_at = clock_timestamp()
+				WHERE bucket = $1 AND key = $2 AND state = 'unknown'`, p.Bucket, p.Key,
+				fmt.Sprintf("superseded by generation %d, whose fenced write excluded it", gen)); err != nil {
+				return err
+			}
+		}
+		if p.Release {
+			if _, err := tx.Exec(ctx, `UPDATE leases SET holder = NULL, expires_at = NULL WHERE bucket = $1 AND key = $2`, p.Bucket, p.Key); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return 0, err
+	}
+	return gen, nil
+}
+
+func nullID(id string) any {
+	if id == "" {
+		return nil
+	}
+	return id
+}
+
+// SetState moves an attempt between states outside a lease (multipart
+// bookkeeping: open, aborted, failed).
+func (c *Catalog) SetState(ctx context.Context, attemptID, from, to, reason string) error {
+	_, err := c.Pool.Exec(ctx, `UPDATE attempts SET state = $3, reason = nullif($4, ''), updated_at = clock_timestamp()
+		WHERE attempt_id = $1 AND state = $2`, attemptID, from, to, reason)
+	return err
+}
+
+// RecordAttempt stores an attempt that takes no key lease (a multipart upload).
+func (c *Catalog) RecordAttempt(ctx context.Context, a Attempt) error {
+	_, err := c.Pool.Exec(ctx, `INSERT INTO attempts (attempt_id, bucket, key, op, state, gateway, declared_size, checksum, upload_id)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, nullif($8, ''), nullif($9, ''))`,
+		a.ID, a.Bucket, a.Key, a.Op, a.State, a.Gateway, nullSize(a.DeclaredSize), a.Checksum, a.UploadID)
+	return err
+}
+
+// SetUploadID records the store's upload id for a multipart attempt.
+func (c *Catalog) SetUploadID(ctx context.Context, attemptID, uploadID string) error {
+	_, err := c.Pool.Exec(ctx, `UPDATE attempts SET upload_id = $2, updated_at = clock_timestamp() WHERE attempt_id = $1`, attemptID, uploadID)
+	return err
+}
+
+// AttemptByUpload finds a multipart upload's attempt.
+func (c *Catalog) AttemptByUpload(ctx context.Context, uploadID string) (Attempt, error) {
+	as, err := scanAttempts(c.Pool.Query(ctx, `SELECT `+attemptColumns+` FROM attempts WHERE upload_id = $1`, uploadID))
+	if err != nil {
+		return Attempt{}, err
+	}
+	if len(as) == 0 {
+		return Attempt{}, pgx.ErrNoRows
+	}
+	return as[0], nil
+}
+
+// MarkBucket records a bucket; complete marks it as fully known to the catalog.
+func (c *Catalog) MarkBucket(ctx context.Context, bucket string, complete bool) error {
+	_, err := c.Pool.Exec(ctx, `INSERT INTO buckets (bucket, complete) VALUES ($1, $2)
+		ON CONFLICT (bucket) DO UPDATE SET complete = EXCLUDED.complete`, bucket, complete)
+	return err
+}
+
+// ForgetBucket drops a deleted bucket's completeness (its keys' history stays).
+func (c *Catalog) ForgetBucket(ctx context.Context, bucket string) error {
+	_, err := c.Pool.Exec(ctx, `DELETE FROM buckets WHERE bucket = $1`, bucket)
+	return err
+}
+
+// ClaimUnresolved claims up to limit keys with unresolved attempts (unknown, or
+// leased by a holder whose lease expired), oldest first, for claimFor: a claim
+// token is stamped on their attempts (and a try counted) before any storage
+// I/O, and SKIP LOCKED keeps concurrent reconcilers on different keys.
+func (c *Catalog) ClaimUnresolved(ctx context.Context, limit int, claimFor time.Duration) ([][2]string, error) {
+	token := NewID()
+	rows, err := c.Pool.Query(ctx, `WITH picked AS (
+			SELECT attempt_id FROM attempts a
+			WHERE (state = 'unknown' OR (state = 'leased' AND NOT EXISTS (
+				SELECT 1 FROM leases l WHERE l.bucket = a.bucket AND l.key = a.key AND l.holder = a.attempt_id AND l.expires_at > clock_timestamp())))
+			  AND (claimed_until IS NULL OR claimed_until < clock_timestamp())
+			ORDER BY updated_at LIMIT $1 FOR UPDATE SKIP LOCKED)
+		UPDATE attempts a SET claim_token = $2, claimed_until = clock_timestamp() + $3::interval, tries = tries + 1
+		FROM picked WHERE a.attempt_id = picked.attempt_id
+		RETURNING a.bucket, a.key`, limit, token, claimFor.String())
+	if err != nil {
+		return nil, err
+	}
+	seen := map[[2]string]bool{}
+	var out [][2]string
+	for rows.Next() {
+		var k [2]string
+		if err := rows.Scan(&k[0], &k[1]); err != nil {
+			rows.Close()
+			return nil, err
+		}
+		if !seen[k] {
+			seen[k] = true
+			out = append(out, k)
+		}
+	}
+	return out, rows.Err()
+}
+
+// NoteTry records why settling a claimed key failed, for the next try.
+func (c *Catalog) NoteTry(ctx context.Context, bucket, key, errText string) error {
+	_, err := c.Pool.Exec(ctx, `UPDATE attempts SET last_error = $3 WHERE bucket = $1 AND key = $2 AND state IN ('leased', 'unknown')`,
+		bucket, key, errText)
+	return err
+}
+
+// MarkDeadUnknown turns leased attempts of a key whose holders no longer hold
+// a live lease (they died or lost it) into unknown guards.
+func (c *Catalog) MarkDeadUnknown(ctx context.Context, bucket, key string) error {
+	_, err := c.Pool.Exec(ctx, `UPDATE attempts a SET state = 'unknown', reason = 'lease expired', updated_at = clock_timestamp()
+		WHERE bucket = $1 AND key = $2 AND state = 'leased' AND NOT EXISTS (
+			SELECT 1 FROM leases l WHERE l.bucket = a.bucket AND l.key = a.key AND l.holder = a.attempt_id AND l.expires_at > clock_timestamp())`,
+		bucket, key)
+	return err
+}
