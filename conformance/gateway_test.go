@@ -46,10 +46,16 @@ type testGateway struct {
 }
 
 type gatewayOptions struct {
-	Lease   lease.Config
-	TLS     bool
-	Store   *stack.Endpoint // default: the run's SeaweedFS
-	Domains []string
+	Lease lease.Config
+	Hooks lease.Hooks
+	// DatabaseURL gives the gateway its own pool on this URL (a proxy in front
+	// of the package's database); empty shares the package pool.
+	DatabaseURL string
+	// Reconcile runs a reconciler with this interval.
+	Reconcile time.Duration
+	TLS       bool
+	Store     *stack.Endpoint // default: the run's SeaweedFS
+	Domains   []string
 }
 
 var (
@@ -112,7 +118,17 @@ func startGateway(t *testing.T, o gatewayOptions) *testGateway {
 	if os.Getenv("FENCEGATE_TEST_LOG") != "" {
 		logLevel = slog.LevelDebug
 	}
-	leases, tracker := wiring.Protocol(keys.Pool, o.Lease)
+	pool := keys.Pool
+	if o.DatabaseURL != "" {
+		own, err := meta.Open(ctx, o.DatabaseURL, meta.PoolConfig{MaxConns: 8})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(own.Close)
+		pool = own
+	}
+	leases, tracker := wiring.Protocol(pool, o.Lease)
+	leases.Hooks = o.Hooks
 	srv, err := gateway.New(ctx, cfg, gateway.Deps{
 		Log:     slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: logLevel})),
 		Keys:    wiring.KeySource{Keys: keys},
@@ -121,6 +137,10 @@ func startGateway(t *testing.T, o gatewayOptions) *testGateway {
 	})
 	if err != nil {
 		t.Fatal(err)
+	}
+	if o.Reconcile > 0 {
+		rec := lease.NewReconciler(lease.ReconcilerConfig{Interval: o.Reconcile}, leases, srv.Store(), nil)
+		go rec.Run(ctx)
 	}
 	done := make(chan error, 1)
 	go func() { done <- srv.Serve(ctx) }()

@@ -85,7 +85,9 @@ var (
 // Hooks are test signals: each, if set, is called at its point and may block
 // to hold the protocol there.
 type Hooks struct {
-	Acquired     func(bucket, key, attempt string)
+	Acquired func(bucket, key, attempt string)
+	Waiting  func(bucket, key string) // a writer found the key leased and waits
+
 	BeforeCommit func(bucket, key, attempt string)
 }
 
@@ -170,6 +172,9 @@ func (m *Manager) Acquire(ctx context.Context, req Request) (*Lease, error) {
 		if req.NoWait || time.Now().After(waitUntil) {
 			m.Metrics.Refused.WithLabelValues("busy").Inc()
 			return nil, ErrBusy
+		}
+		if !waited && m.Hooks.Waiting != nil {
+			m.Hooks.Waiting(req.Bucket, req.Key)
 		}
 		waited = true
 		poll := m.cfg.WaitPoll/2 + rand.N(m.cfg.WaitPoll)
