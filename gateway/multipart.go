@@ -157,6 +157,7 @@ func (s *Server) completeUpload(ctx *fasthttp.RequestCtx, r *request) *apiError 
 	}
 	if tracked {
 		w.attemptID = a.ID
+		w.mayHaveLanded = a.State == meta.StateUnknown || a.State == meta.StateLeased
 		w.afterSettle = func() (bool, *apiError) {
 			dctx, cancel := s.dbctx()
 			a, _, err := s.deps.Tracker.UploadAttempt(dctx, uploadID)

@@ -28,11 +28,13 @@ const generationHeader = "x-fencegate-generation"
 // keyWrite is one write that publishes or removes bytes at a key, under the
 // key's lease (DESIGN.md, the write protocol).
 type keyWrite struct {
-	op         string // put, copy, complete, delete
-	declared   int64
-	attemptID  string // an existing attempt (a multipart upload's)
-	clientCond bool   // the client sent If-Match / If-None-Match itself
-	prepare    func(u *upstream, attemptID string) *apiError
+	op        string // put, copy, complete, delete
+	declared  int64
+	attemptID string // an existing attempt (a multipart upload's)
+	// mayHaveLanded: that attempt's earlier try has an unknown outcome.
+	mayHaveLanded bool
+	clientCond    bool // the client sent If-Match / If-None-Match itself
+	prepare       func(u *upstream, attemptID string) *apiError
 	// afterSettle may answer the request itself once the key is settled (a
 	// repeated Complete whose first attempt turned out to have landed).
 	afterSettle func() (done bool, e *apiError)
@@ -59,7 +61,7 @@ func leaseError(err error) *apiError {
 func (s *Server) writeKey(ctx *fasthttp.RequestCtx, r *request, u *upstream, w keyWrite) *apiError {
 	l, err := s.leases.Acquire(context.Background(), lease.Request{
 		Bucket: r.bucket, Key: r.key, Op: w.op, AttemptID: w.attemptID, DeclaredSize: w.declared,
-		ClientConditional: w.clientCond,
+		ClientConditional: w.clientCond, MayHaveLanded: w.mayHaveLanded,
 	})
 	if err != nil {
 		s.deps.Log.Debug("lease refused", "request_id", r.id, "err", err)

@@ -123,7 +123,10 @@ type Request struct {
 	ClientConditional bool
 	// NoWait: give up at once if the key is leased (the reconciler, DeleteObjects).
 	NoWait bool
-	settle bool
+	// MayHaveLanded: the existing attempt's earlier try has an unknown outcome
+	// (a repeated Complete), so settling must look at the store.
+	MayHaveLanded bool
+	settle        bool
 }
 
 func (m *Manager) dbctx(ctx context.Context) (context.Context, context.CancelFunc) {

@@ -54,7 +54,7 @@ func (l *Lease) Settle(ctx context.Context, store Store) (Fence, error) {
 		}
 	}
 	e := ks.Entry
-	if len(unresolved) == 0 && (e != nil || ks.BucketComplete) {
+	if len(unresolved) == 0 && (e != nil || ks.BucketComplete) && !l.req.MayHaveLanded {
 		m.Metrics.Settlements.WithLabelValues("in_sync").Inc()
 		return fenceOf(e), nil
 	}
