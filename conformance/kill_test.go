@@ -236,6 +236,12 @@ func TestKilledGatewaysAreSettled(t *testing.T) {
 		t.Fatal("kC has a catalog row")
 	}
 	audit(t, store, bucket, kA, kB, kC, kL)
+	for i := 0; i < 4; i++ {
+		time.Sleep(4 * time.Second)
+		var upd, cu string
+		packageKeys(t).Pool.QueryRow(context.Background(), `SELECT updated_at::text, coalesce(claimed_until::text,'') FROM attempts WHERE attempt_id=$1`, attemptA).Scan(&upd, &cu)
+		t.Logf("EXPERIMENT A: %+v updated_at %s claimed_until %s", attemptDetailOf(t, attemptA), upd, cu)
+	}
 }
 
 // Issue 5, case 9 (second half): a gateway killed mid-body, and a client that

@@ -378,9 +378,13 @@ func (c *outboxConsumer) run(ctx context.Context, pool interface {
 			return fmt.Errorf("batch of %d events (ids %d..%d): %w", len(evs), evs[0].id, evs[len(evs)-1].id, err)
 		}
 		c.batches++
+		reread := map[int64]bool{}
+		for _, id := range append(append([]int64{}, c.killedIDs...), c.rolledBackIDs...) {
+			reread[id] = true
+		}
 		for _, e := range evs {
-			if e.id < c.maxID {
-				c.behind++
+			if e.id < c.maxID && !reread[e.id] {
+				c.behind++ // committed after a higher id was already consumed
 			}
 		}
 		if m := evs[len(evs)-1].id; m > c.maxID {

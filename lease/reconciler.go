@@ -98,11 +98,19 @@ func (r *Reconciler) RunOnce(ctx context.Context) (ScanResult, error) {
 }
 
 func (r *Reconciler) settleKey(ctx context.Context, bucket, key string) error {
-	l, err := r.m.Acquire(ctx, Request{Bucket: bucket, Key: key, Op: "settle", NoWait: true, settle: true, DeclaredSize: -1})
+	return r.m.SettleKey(ctx, bucket, key, r.store, false)
+}
+
+// SettleKey holds the key's lease like any writer and brings the catalog up to
+// what the store holds there. wait: wait (bounded) for a live writer; else give
+// up with ErrBusy, since that writer settles the key itself.
+func (m *Manager) SettleKey(ctx context.Context, bucket, key string, store Store, wait bool) error {
+	l, err := m.Acquire(ctx, Request{Bucket: bucket, Key: key, Op: "settle", NoWait: !wait, settle: true,
+		DeclaredSize: -1, MayHaveLanded: true})
 	if err != nil {
 		return err
 	}
-	_, err = l.Settle(ctx, r.store)
+	_, err = l.Settle(ctx, store)
 	l.stopRenewing()
 	l.finish("", "", "")
 	return err

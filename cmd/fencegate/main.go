@@ -16,6 +16,7 @@ commands:
   serve     run the S3 gateway
   migrate   apply the embedded database migrations
   keys      manage access keys: create, list, grant, revoke, delete
+  catalog   'catalog import BUCKET': record what a bucket already holds, mark it complete
   dev       local stack: 'dev run' (behind make run), 'dev exec -- CMD' (behind make test)
 
 'fencegate <command> -h' lists a command's flags and their FENCEGATE_* variables.
@@ -33,6 +34,7 @@ func main() {
 		"migrate": cmdMigrate,
 		"keys":    cmdKeys,
 		"dev":     cmdDev,
+		"catalog": cmdCatalog,
 	}
 	name, args := os.Args[1], os.Args[2:]
 	fn, ok := cmds[name]

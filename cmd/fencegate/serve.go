@@ -38,6 +38,8 @@ type serveConfig struct {
 	DBQueryTimeout time.Duration
 	Lease          lease.Config
 	Reconcile      time.Duration
+	ProbeBucket    string
+	RequireFencing bool
 }
 
 func (c *serveConfig) define(f envFlags) {
@@ -61,6 +63,8 @@ func (c *serveConfig) define(f envFlags) {
 	f.Duration(&c.Lease.WaitMax, "lease-wait", "FENCEGATE_LEASE_WAIT", 10*time.Second, "how long a writer waits for a leased key before 503 SlowDown")
 	f.Duration(&c.Lease.DBTimeout, "db-timeout", "FENCEGATE_DB_TIMEOUT", 5*time.Second, "client-side bound on every database call of the write protocol")
 	f.Duration(&c.Reconcile, "reconcile-interval", "FENCEGATE_RECONCILE_INTERVAL", 20*time.Second, "reconciler period (a scan also runs at start-up)")
+	f.String(&c.ProbeBucket, "probe-bucket", "FENCEGATE_PROBE_BUCKET", "fencegate-probe", "bucket where the start-up probe proves the store rejects mismatched conditions (empty skips the probe)")
+	f.Bool(&c.RequireFencing, "require-fencing", "FENCEGATE_REQUIRE_FENCING", false, "refuse to start unless the probe proves every fenced operation and truncation safety")
 	f.String(&c.LogLevel, "log-level", "FENCEGATE_LOG_LEVEL", "info", "debug, info, warn or error")
 	f.Bool(&c.Migrate, "migrate", "FENCEGATE_MIGRATE", false, "apply database migrations at start-up")
 	f.Int(&c.DBMaxConns, "db-max-conns", "FENCEGATE_DB_MAX_CONNS", 32, "PostgreSQL connection pool size")
@@ -163,6 +167,9 @@ func runServe(ctx context.Context, cfg serveConfig, started func(s3Addr, adminAd
 	if err != nil {
 		return err
 	}
+	if err := probeStore(ctx, srv, cfg, log); err != nil {
+		return err
+	}
 	rec := lease.NewReconciler(lease.ReconcilerConfig{Interval: cfg.Reconcile}, leases, srv.Store(), log)
 	recCtx, stopRec := context.WithCancel(ctx)
 	defer stopRec()
@@ -199,4 +206,31 @@ func backendClient(cfg serveConfig) *s3.Client {
 		o.UsePathStyle = true
 		o.RetryMaxAttempts = 1
 	})
+}
+
+// probeStore proves the store's conditional writes and truncation handling
+// (DESIGN.md W3, W9). A store that fails runs in a weaker mode, loudly, unless
+// --require-fencing refuses it.
+func probeStore(ctx context.Context, srv *gateway.Server, cfg serveConfig, log *slog.Logger) error {
+	if cfg.ProbeBucket == "" {
+		if cfg.RequireFencing {
+			return errors.New("--require-fencing needs the start-up probe (set --probe-bucket)")
+		}
+		log.Warn("start-up probe skipped: the store's fencing is unproven")
+		return nil
+	}
+	res, err := srv.Probe(ctx, cfg.ProbeBucket)
+	switch {
+	case err != nil && cfg.RequireFencing:
+		return fmt.Errorf("start-up probe: %w", err)
+	case err != nil:
+		log.Error("START-UP PROBE FAILED: the store's fencing is unproven; writes are NOT protected against stale writers", "err", err)
+	case !res.Fenced() && cfg.RequireFencing:
+		return fmt.Errorf("the store does not reject mismatched conditions (--require-fencing): %s", res)
+	case !res.Fenced():
+		log.Error("WEAKER MODE: the store does not reject every mismatched condition or truncated body; a writer that lost its lease may overwrite newer data", "probe", res.String())
+	default:
+		log.Info("start-up probe: the store rejects mismatched conditions and truncated bodies", "probe", res.String())
+	}
+	return nil
 }

@@ -1,0 +1,243 @@
+// Command fencebench measures fencegate against the store it fronts and against
+// versitygw's s3 proxy in front of the same store, side by side in one run.
+//
+// It starts its own stack (durable PostgreSQL, SeaweedFS `weed mini`, versitygw
+// v1.8.0 `s3 --disable-data-integrity-check`, and `fencegate serve --migrate`
+// built from this checkout), then runs every workload cell against the three
+// targets, round by round (the target order rotates each round), and reports
+// medians with min and max. Results go to bench-results.json, docs/PERFORMANCE.md
+// and docs/throughput.png. `make bench` runs it; `make bench-quick` adds -quick.
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"runtime"
+	"syscall"
+	"time"
+)
+
+type options struct {
+	quick      bool
+	out, docs  string
+	from       string
+	rounds     int
+	duration   time.Duration
+	streamSize int64
+	logLevel   string
+	fgBin      string
+	perfDir    string
+}
+
+func main() {
+	var o options
+	flag.BoolVar(&o.quick, "quick", false, "short cells (0.3 s), large objects at 1 client only, and a 256 MiB streaming check instead of 2 GiB: under 2 minutes")
+	flag.StringVar(&o.out, "out", "bench-results.json", "results file (JSON)")
+	flag.StringVar(&o.docs, "docs", "docs", "folder for PERFORMANCE.md and throughput.png (empty: skip)")
+	flag.StringVar(&o.from, "from", "", "do not measure: regenerate the docs and tables from this results file")
+	flag.IntVar(&o.rounds, "rounds", 3, "interleaved rounds (every figure is their median)")
+	flag.DurationVar(&o.duration, "duration", 0, "time per cell and target (default 2.5s, -quick 0.3s)")
+	flag.StringVar(&o.logLevel, "log-level", "info", "fencegate's log level (its default, info, logs one line per request)")
+	flag.StringVar(&o.fgBin, "fencegate", "", "use this fencegate binary instead of building ./cmd/fencegate from the checkout")
+	flag.StringVar(&o.perfDir, "perf", "", "instead of the benchmark: record perf(1) CPU profiles of fencegate under a few cells into this folder")
+	flag.Parse()
+	if o.duration == 0 {
+		o.duration = 2500 * time.Millisecond
+		if o.quick {
+			o.duration = 300 * time.Millisecond
+		}
+	}
+	o.streamSize = 2 << 30
+	if o.quick {
+		o.streamSize = 256 << 20
+	}
+	// aws-sdk-go-v2 config loading in children (versitygw) fails while it is set.
+	os.Unsetenv("AWS_CA_BUNDLE")
+
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	var err error
+	if o.from != "" {
+		err = fromFile(o)
+	} else {
+		err = run(ctx, o)
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "fencebench:", err)
+		stop()
+		os.Exit(1)
+	}
+}
+
+func fromFile(o options) error {
+	b, err := os.ReadFile(o.from)
+	if err != nil {
+		return err
+	}
+	var recs []Record
+	if err := json.Unmarshal(b, &recs); err != nil {
+		return err
+	}
+	m := machineInfo()
+	printTables(os.Stdout, recs)
+	return writeDocs(o, m, recs)
+}
+
+// workload is every cell of a round, in order. Objects of 64 MiB and up run at
+// 1 and 4 clients (multipart: 1 and 2), not 32: at the store's ~70-150 MiB/s
+// for writes here, every extra client adds seconds to each of the nine runs of
+// a cell. -quick keeps those at 1 client only.
+func workload(quick bool) []cell {
+	var cells []cell
+	for _, size := range []int64{4 << 10, 64 << 10, 1 << 20, 64 << 20} {
+		concs := []int{1, 32}
+		if size >= 64<<20 {
+			concs = []int{1, 4}
+			if quick {
+				concs = []int{1}
+			}
+		}
+		for _, op := range []string{opPUT, opGET} {
+			for _, c := range concs {
+				cells = append(cells, cell{op, size, c})
+			}
+		}
+	}
+	cells = append(cells, cell{opMultipart, partSize * partCount, 1})
+	if !quick {
+		cells = append(cells, cell{opMultipart, partSize * partCount, 2})
+	}
+	return cells
+}
+
+func run(ctx context.Context, o options) (err error) {
+	began := time.Now()
+	m := machineInfo()
+	fmt.Fprintf(os.Stderr, "fencebench: %s, %d CPUs (%s); %d rounds, %s per cell\n", modeName(o), m.nproc, m.model, o.rounds, o.duration)
+	s := &benchStack{}
+	defer s.stop()
+	defer func() {
+		if err != nil && s.fg != nil {
+			fmt.Fprintf(os.Stderr, "fencegate log (tail):\n%s\n", s.fg.logTail())
+		}
+	}()
+	fmt.Fprintln(os.Stderr, "starting PostgreSQL (durable), SeaweedFS, versitygw s3 proxy and fencegate ...")
+	if err := startStack(ctx, s, o.fgBin, o.logLevel); err != nil {
+		return err
+	}
+	fmt.Fprintf(os.Stderr, "stack up in %s: direct %s (weed pid %d), fencegate %s (pid %d), versitygw %s (pid %d)\n",
+		time.Since(began).Round(100*time.Millisecond), s.targets[0].URL, s.targets[0].pgid, s.targets[1].URL, s.targets[1].pgid, s.targets[2].URL, s.targets[2].pgid)
+
+	payload := make([]byte, partSize)
+	_, _ = rand.Read(payload)
+	cells := workload(o.quick)
+	if err := seed(ctx, s.targets[0], cells, payload); err != nil {
+		return fmt.Errorf("seeding: %w", err)
+	}
+
+	if o.perfDir != "" {
+		return profile(ctx, s, o.perfDir, max(o.duration, 5*time.Second), payload)
+	}
+
+	// Memory first, while fencegate's peak RSS is still its idle one.
+	fmt.Fprintf(os.Stderr, "streaming %s PUT and GET through fencegate for its peak RSS ...\n", sizeLabel(o.streamSize))
+	streams, err := streamRSS(ctx, s.targets[1], s.fg.pid(), o.streamSize, payload)
+	if err != nil {
+		return fmt.Errorf("streaming: %w", err)
+	}
+	for _, r := range streams {
+		fmt.Fprintf(os.Stderr, "  %s %s: %.1f s, RSS idle %.1f MiB, peak %.1f MiB\n", r.op, sizeLabel(r.size), r.secs, kib(r.idleKiB), kib(r.hwmKiB))
+	}
+
+	// Warm every target's connections and code paths (not recorded).
+	for _, t := range s.targets {
+		for _, c := range []cell{{opPUT, 64 << 10, 32}, {opGET, 64 << 10, 32}} {
+			_ = runCell(ctx, t, s.groups(), c, 300*time.Millisecond, payload)
+		}
+	}
+
+	samples := map[string][]sample{} // key: target + cell
+	busy0, own0, wall0 := busyCPU(), s.ownCPU(), time.Now()
+	errCount := 0
+	for r := 0; r < o.rounds; r++ {
+		order := rotate(s.targets, r)
+		for i, c := range cells {
+			line := fmt.Sprintf("[round %d/%d, %2d/%d] %-22s", r+1, o.rounds, i+1, len(cells), c)
+			for _, t := range order {
+				sm := runCell(ctx, t, s.groups(), c, o.duration, payload)
+				if ctx.Err() != nil {
+					return ctx.Err()
+				}
+				if sm.errors > 0 {
+					errCount += sm.errors
+					fmt.Fprintf(os.Stderr, "  %s %s: %d errors, first: %v\n", t.name, c, sm.errors, sm.firstErr)
+				}
+				samples[t.name+"|"+c.String()] = append(samples[t.name+"|"+c.String()], sm)
+				line += fmt.Sprintf("  %s %7.1f MiB/s", t.name, sm.mibPerS())
+			}
+			fmt.Fprintln(os.Stderr, line)
+		}
+		s.vacuum(ctx)
+		runtime.GC()
+	}
+
+	other := max(0, (busyCPU()-busy0)-(s.ownCPU()-own0))
+	m.other = fmt.Sprintf("CPU used outside the benchmark's own processes during the rounds (other work on the machine, kernel softirq time): %.0f CPU-seconds in %.0f s on %d CPUs, %.1f%% of the machine.",
+		other, time.Since(wall0).Seconds(), m.nproc, 100*other/time.Since(wall0).Seconds()/float64(m.nproc))
+	fmt.Fprintln(os.Stderr, m.other)
+
+	var recs []Record
+	for _, c := range cells {
+		for _, t := range s.targets {
+			recs = append(recs, aggregate(t.name, c, samples[t.name+"|"+c.String()]))
+		}
+	}
+	for _, r := range streams {
+		recs = append(recs, streamRecord(r))
+	}
+	b, err := json.MarshalIndent(recs, "", "  ")
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(o.out, append(b, '\n'), 0o644); err != nil {
+		return err
+	}
+	printTables(os.Stdout, recs)
+	if err := writeDocs(o, m, recs); err != nil {
+		return err
+	}
+	fmt.Fprintf(os.Stderr, "wrote %s", o.out)
+	if o.docs != "" {
+		fmt.Fprintf(os.Stderr, ", %s, %s", filepath.Join(o.docs, "PERFORMANCE.md"), filepath.Join(o.docs, "throughput.png"))
+	}
+	fmt.Fprintf(os.Stderr, " (%s in all)\n", time.Since(began).Round(time.Second))
+	if errCount > 0 {
+		return fmt.Errorf("%d requests failed (see above); their operations are not counted", errCount)
+	}
+	return nil
+}
+
+// rotate starts round r's target order at target r mod 3, so no target always
+// runs right after the same one.
+func rotate(ts []target, r int) []target {
+	out := make([]target, 0, len(ts))
+	for i := range ts {
+		out = append(out, ts[(i+r)%len(ts)])
+	}
+	return out
+}
+
+func modeName(o options) string {
+	if o.quick {
+		return "quick mode"
+	}
+	return "full mode"
+}
+
+func kib(n int64) float64 { return float64(n) / 1024 }

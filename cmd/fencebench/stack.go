@@ -1,0 +1,416 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/fencegate/fencegate/internal/stack"
+	"github.com/fencegate/fencegate/meta"
+)
+
+// target is one way of reaching the store: straight, through fencegate, or
+// through versitygw's s3 proxy.
+type target struct {
+	name string
+	stack.Endpoint
+	pgid int // process group whose CPU counts as "the gateway" for this target
+}
+
+// benchStack is everything the benchmark starts; stop ends all of it.
+type benchStack struct {
+	tmp       string
+	pg        *stack.Postgres
+	sw        *stack.Seaweed
+	vgw       *stack.Versitygw
+	fg        *fencegateProc
+	pgPgid    int
+	vgwPgid   int
+	targets   []target
+	masterURL string
+	dbURL     string
+}
+
+func (s *benchStack) stop() {
+	if s.fg != nil {
+		s.fg.stop()
+	}
+	s.vgw.Stop()
+	s.sw.Stop()
+	s.pg.Stop()
+	if s.tmp != "" {
+		_ = os.RemoveAll(s.tmp)
+	}
+}
+
+// startStack starts PostgreSQL (durable), SeaweedFS, versitygw's s3 proxy and a
+// freshly built `fencegate serve`. Partial starts are stopped by the caller via
+// stop, which tolerates nil parts.
+func startStack(ctx context.Context, s *benchStack, prebuilt, logLevel string) error {
+	weedBin, err := stack.EnsureWeed(ctx, os.Stderr)
+	if err != nil {
+		return err
+	}
+	vgwBin, err := stack.EnsureVersitygw(ctx, os.Stderr)
+	if err != nil {
+		return err
+	}
+	if s.tmp, err = os.MkdirTemp("", "fencebench-"); err != nil {
+		return err
+	}
+	_ = os.Chmod(s.tmp, 0o755) // PostgreSQL may run as another user
+	storeKey, storeSecret := "FGBENCH"+strings.ToUpper(meta.NewServerKey()[:13]), meta.NewServerKey()[:40]
+
+	// The gateway build, PostgreSQL and SeaweedFS start side by side.
+	var wg sync.WaitGroup
+	var buildErr, pgErr, swErr error
+	fgBin := filepath.Join(s.tmp, "fencegate")
+	wg.Add(3)
+	go func() {
+		defer wg.Done()
+		if prebuilt != "" {
+			fgBin = prebuilt
+		} else {
+			buildErr = buildFencegate(ctx, fgBin)
+		}
+	}()
+	go func() {
+		defer wg.Done()
+		s.pg, pgErr = stack.StartPostgres(ctx, filepath.Join(s.tmp, "postgres"), 0, true)
+	}()
+	go func() {
+		defer wg.Done()
+		s.sw, swErr = stack.StartSeaweed(ctx, weedBin, filepath.Join(s.tmp, "seaweedfs"), stack.SeaweedPorts{}, storeKey, storeSecret)
+	}()
+	wg.Wait()
+	if err := errors.Join(buildErr, pgErr, swErr); err != nil {
+		return err
+	}
+	s.masterURL = fmt.Sprintf("http://127.0.0.1:%d", s.sw.Ports.Master)
+	s.pgPgid = childPid("postgres")
+
+	vgwKey, vgwSecret := "FGVGW"+strings.ToUpper(meta.NewServerKey()[:15]), meta.NewServerKey()[:40]
+	if s.vgw, err = stack.StartVersitygwProxy(ctx, vgwBin, s.tmp, s.sw.Endpoint, vgwKey, vgwSecret); err != nil {
+		return err
+	}
+	s.vgwPgid = childPid("versitygw")
+
+	if s.dbURL, err = stack.CreateDatabase(ctx, s.pg.URL("postgres"), "fencebench"); err != nil {
+		return err
+	}
+	if s.fg, err = startFencegate(ctx, fgBin, s.tmp, s.dbURL, s.sw.Endpoint, logLevel); err != nil {
+		return err
+	}
+	s.targets = []target{
+		{name: "direct", Endpoint: s.sw.Endpoint, pgid: s.sw.Pid()},
+		{name: "fencegate", Endpoint: s.fg.Endpoint, pgid: s.fg.pid()},
+		{name: "versitygw", Endpoint: s.vgw.Endpoint, pgid: s.vgwPgid},
+	}
+	return nil
+}
+
+// procGroups are the process groups whose CPU every cell records.
+type procGroups struct{ store, db int }
+
+func (s *benchStack) groups() procGroups { return procGroups{store: s.sw.Pid(), db: s.pgPgid} }
+
+// busyCPU is the CPU seconds the whole machine has been busy (not idle or
+// waiting for I/O) since boot, from /proc/stat.
+func busyCPU() float64 {
+	b, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return 0
+	}
+	line, _, _ := strings.Cut(string(b), "\n")
+	f := strings.Fields(line) // cpu user nice system idle iowait irq softirq steal
+	var t int64
+	for i, v := range f {
+		if i == 0 || i == 4 || i == 5 || i > 8 {
+			continue
+		}
+		n, _ := strconv.ParseInt(v, 10, 64)
+		t += n
+	}
+	return float64(t) / clockTick
+}
+
+// ownCPU is the CPU seconds used by everything the benchmark runs.
+func (s *benchStack) ownCPU() float64 {
+	t := selfCPU()
+	for _, g := range []int{s.sw.Pid(), s.pgPgid, s.vgwPgid} {
+		t += groupCPU(g)
+	}
+	if s.fg != nil {
+		t += groupCPU(s.fg.pid())
+	}
+	return t
+}
+
+// moduleRoot is the folder holding go.mod, so the build works from any folder.
+func moduleRoot(ctx context.Context) (string, error) {
+	out, err := exec.CommandContext(ctx, "go", "env", "GOMOD").Output()
+	if err != nil {
+		return "", err
+	}
+	gomod := strings.TrimSpace(string(out))
+	if gomod == "" || gomod == os.DevNull {
+		return "", errors.New("run fencebench from inside the fencegate module")
+	}
+	return filepath.Dir(gomod), nil
+}
+
+func buildFencegate(ctx context.Context, out string) error {
+	root, err := moduleRoot(ctx)
+	if err != nil {
+		return err
+	}
+	cmd := exec.CommandContext(ctx, "go", "build", "-o", out, "./cmd/fencegate")
+	cmd.Dir = root
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if b, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("go build ./cmd/fencegate: %v\n%s", err, b)
+	}
+	return nil
+}
+
+// fencegateProc is `fencegate serve` as a child process in its own group.
+type fencegateProc struct {
+	stack.Endpoint
+	admin string
+	cmd   *exec.Cmd
+	done  chan error
+	logf  *os.File
+}
+
+func (f *fencegateProc) pid() int { return f.cmd.Process.Pid }
+
+func startFencegate(ctx context.Context, bin, dir, dbURL string, store stack.Endpoint, logLevel string) (*fencegateProc, error) {
+	port, err := stack.FreePort()
+	if err != nil {
+		return nil, err
+	}
+	adminPort, err := stack.FreePort()
+	if err != nil {
+		return nil, err
+	}
+	env := append(os.Environ(),
+		"FENCEGATE_LISTEN=127.0.0.1:"+strconv.Itoa(port),
+		"FENCEGATE_ADMIN_LISTEN=127.0.0.1:"+strconv.Itoa(adminPort),
+		"FENCEGATE_DATABASE_URL="+dbURL,
+		"FENCEGATE_SERVER_KEY="+meta.NewServerKey(),
+		"FENCEGATE_BACKEND_ENDPOINT="+store.URL,
+		"FENCEGATE_BACKEND_ACCESS_KEY_ID="+store.AccessKey,
+		"FENCEGATE_BACKEND_SECRET_ACCESS_KEY="+store.SecretKey,
+		"FENCEGATE_BACKEND_REGION="+store.Region,
+		"FENCEGATE_LOG_LEVEL="+logLevel,
+	)
+	// The client key: `fencegate migrate`, then `fencegate keys create`.
+	if out, err := runTool(ctx, bin, env, "migrate"); err != nil {
+		return nil, fmt.Errorf("fencegate migrate: %v\n%s", err, out)
+	}
+	out, err := runTool(ctx, bin, env, "keys", "create", "--description", "fencebench", "admin:*")
+	if err != nil {
+		return nil, fmt.Errorf("fencegate keys create: %v\n%s", err, out)
+	}
+	ep := stack.Endpoint{URL: fmt.Sprintf("http://127.0.0.1:%d", port), Region: "us-east-1"}
+	sc := bufio.NewScanner(strings.NewReader(out))
+	for sc.Scan() {
+		if v, ok := strings.CutPrefix(sc.Text(), "AWS_ACCESS_KEY_ID="); ok {
+			ep.AccessKey = v
+		} else if v, ok := strings.CutPrefix(sc.Text(), "AWS_SECRET_ACCESS_KEY="); ok {
+			ep.SecretKey = v
+		}
+	}
+	if ep.AccessKey == "" || ep.SecretKey == "" {
+		return nil, fmt.Errorf("fencegate keys create printed no key pair:\n%s", out)
+	}
+
+	logf, err := os.Create(filepath.Join(dir, "fencegate.log"))
+	if err != nil {
+		return nil, err
+	}
+	cmd := exec.Command(bin, "serve", "--migrate")
+	cmd.Env = env
+	cmd.Stdout, cmd.Stderr = logf, logf
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		logf.Close()
+		return nil, err
+	}
+	f := &fencegateProc{Endpoint: ep, admin: fmt.Sprintf("http://127.0.0.1:%d", adminPort), cmd: cmd, done: make(chan error, 1), logf: logf}
+	go func() { f.done <- cmd.Wait() }()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		if resp, err := http.Get(f.admin + "/readyz"); err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == 200 {
+				return f, nil
+			}
+		}
+		select {
+		case err := <-f.done:
+			f.done <- err
+			b, _ := os.ReadFile(logf.Name())
+			logf.Close()
+			return nil, fmt.Errorf("fencegate serve exited (%v):\n%s", err, b)
+		case <-ctx.Done():
+			f.stop()
+			return nil, ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			f.stop()
+			return nil, errors.New("fencegate serve not ready after 30 s")
+		}
+	}
+}
+
+func runTool(ctx context.Context, bin string, env []string, args ...string) (string, error) {
+	cmd := exec.CommandContext(ctx, bin, args...)
+	cmd.Env = env
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		return string(out) + stderr.String(), err
+	}
+	return string(out), nil
+}
+
+func (f *fencegateProc) logTail() string {
+	b, _ := os.ReadFile(f.logf.Name())
+	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
+	if len(lines) > 20 {
+		lines = lines[len(lines)-20:]
+	}
+	return strings.Join(lines, "\n")
+}
+
+func (f *fencegateProc) stop() {
+	_ = syscall.Kill(-f.pid(), syscall.SIGTERM)
+	select {
+	case err := <-f.done:
+		f.done <- err
+	case <-time.After(15 * time.Second):
+		_ = syscall.Kill(-f.pid(), syscall.SIGKILL)
+	}
+	f.logf.Close()
+}
+
+// childPid finds this process's direct child whose command name is comm (the
+// stack helpers do not expose every child's pid).
+func childPid(comm string) int {
+	me := os.Getpid()
+	for _, p := range procStats() {
+		if p.ppid == me && p.comm == comm {
+			return p.pid
+		}
+	}
+	return 0
+}
+
+type procStat struct {
+	pid, ppid, pgrp int
+	comm            string
+	ticks           int64 // utime+stime+cutime+cstime
+}
+
+// procStats reads /proc/*/stat for every process.
+func procStats() []procStat {
+	ents, _ := os.ReadDir("/proc")
+	var out []procStat
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		if p, ok := readStat(pid); ok {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+func readStat(pid int) (procStat, bool) {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return procStat{}, false
+	}
+	s := string(b)
+	lp, rp := strings.IndexByte(s, '('), strings.LastIndexByte(s, ')')
+	if lp < 0 || rp < lp {
+		return procStat{}, false
+	}
+	f := strings.Fields(s[rp+1:])
+	if len(f) < 15 {
+		return procStat{}, false
+	}
+	p := procStat{pid: pid, comm: s[lp+1 : rp]}
+	p.ppid, _ = strconv.Atoi(f[1])
+	p.pgrp, _ = strconv.Atoi(f[2])
+	for _, i := range []int{11, 12, 13, 14} { // utime stime cutime cstime
+		n, _ := strconv.ParseInt(f[i], 10, 64)
+		p.ticks += n
+	}
+	return p, true
+}
+
+// clockTick is USER_HZ, 100 on every Linux this runs on.
+const clockTick = 100.0
+
+// groupCPU is the CPU seconds used so far by every process in group pgid
+// (reaped children included through cutime/cstime).
+func groupCPU(pgid int) float64 {
+	if pgid == 0 {
+		return 0
+	}
+	var t int64
+	for _, p := range procStats() {
+		if p.pgrp == pgid {
+			t += p.ticks
+		}
+	}
+	return float64(t) / clockTick
+}
+
+// statusKiB reads a /proc/PID/status field such as VmRSS or VmHWM.
+func statusKiB(pid int, field string) (int64, error) {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
+	if err != nil {
+		return 0, err
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, field+":"); ok {
+			fs := strings.Fields(v)
+			if len(fs) > 0 {
+				return strconv.ParseInt(fs[0], 10, 64)
+			}
+		}
+	}
+	return 0, fmt.Errorf("no %s in /proc/%d/status", field, pid)
+}
+
+// vacuum asks SeaweedFS to compact overwritten objects between rounds, so
+// repeated PUTs do not fill the disk. Outside any measurement.
+func (s *benchStack) vacuum(ctx context.Context) {
+	ctx, cancel := context.WithTimeout(ctx, 60*time.Second)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, "GET", s.masterURL+"/vol/vacuum?garbageThreshold=0.05", nil)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "warning: SeaweedFS vacuum: %v\n", err)
+		return
+	}
+	resp.Body.Close()
+}

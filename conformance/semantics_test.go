@@ -1,0 +1,115 @@
+package conformance
+
+import (
+	"context"
+	"strings"
+	"testing"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/s3"
+	"github.com/aws/aws-sdk-go-v2/service/s3/types"
+
+	"github.com/fencegate/fencegate/internal/faultproxy"
+)
+
+// W4: a write reaches the store at most once. The store fails the first
+// attempt; nothing at any layer sends it again.
+func TestWritesAreNeverRetried(t *testing.T) {
+	fp, fep := faultStore(t)
+	g := startGateway(t, gatewayOptions{Store: &fep, Lease: testLease})
+	bucket := "t-noretry-" + randomSuffix()
+	createBucket(t, g.Endpoint, bucket)
+	before := fp.Requests()
+	fp.Fail(faultproxy.MethodPath("PUT", "/"+bucket+"/k"), 1, 500,
+		`<?xml version="1.0" encoding="UTF-8"?><Error><Code>InternalError</Code><Message>injected</Message></Error>`)
+	r := putRaw(g.Endpoint, bucket, "k", []byte("once"), nil)
+	if r.Status != 500 {
+		t.Fatalf("PUT with the store failing: %+v, want the store's 500", r)
+	}
+	// The bucket was created through fencegate, so the new key needs no HEAD:
+	// the one request the store saw is the PUT, sent once.
+	if n := fp.Requests() - before; n != 1 {
+		t.Fatalf("the store saw %d requests for one PUT: a write was retried", n)
+	}
+	as := attemptsOf(t, bucket, "k")
+	if len(as) != 1 || as[0].State != "unknown" {
+		t.Fatalf("attempts %+v: a 5xx leaves the outcome unknown", as)
+	}
+	if r := putRaw(g.Endpoint, bucket, "k", []byte("again"), nil); r.Status != 200 {
+		t.Fatalf("next PUT: %+v", r)
+	}
+	audit(t, g.Store, bucket, "k")
+}
+
+// Clients' own conditions are honoured as S3 does (412), the attempt metadata
+// never shows, and x-fencegate-generation comes back on writes.
+func TestClientConditionsAndHiddenMetadata(t *testing.T) {
+	g := startGateway(t, gatewayOptions{Lease: testLease})
+	ctx := context.Background()
+	bucket := "t-semantics-" + randomSuffix()
+	createBucket(t, g.Endpoint, bucket)
+	first := putRaw(g.Endpoint, bucket, "k", []byte("one"), map[string]string{"If-None-Match": "*", "X-Amz-Meta-Color": "red"})
+	if first.Status != 200 || first.Generation == 0 {
+		t.Fatalf("create with If-None-Match: %+v", first)
+	}
+	if r := putRaw(g.Endpoint, bucket, "k", []byte("two"), map[string]string{"If-None-Match": "*"}); r.Status != 412 {
+		t.Fatalf("If-None-Match on an existing key: %+v, want 412", r)
+	}
+	if r := putRaw(g.Endpoint, bucket, "k", []byte("two"), map[string]string{"If-Match": `"0123"`}); r.Status != 412 {
+		t.Fatalf("If-Match with a wrong ETag: %+v, want 412", r)
+	}
+	second := putRaw(g.Endpoint, bucket, "k", []byte("two"), map[string]string{"If-Match": `"` + first.ETag + `"`, "X-Amz-Meta-Color": "blue"})
+	if second.Status != 200 || second.Generation <= first.Generation {
+		t.Fatalf("If-Match with the current ETag: %+v", second)
+	}
+	c := g.S3Client()
+	head, err := c.HeadObject(ctx, &s3.HeadObjectInput{Bucket: &bucket, Key: aws.String("k")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := head.Metadata["fencegate-attempt"]; ok || head.Metadata["color"] != "blue" {
+		t.Fatalf("HEAD metadata %v: the attempt id must be hidden, the client's kept", head.Metadata)
+	}
+	// A client cannot forge attribution.
+	forged := putRaw(g.Endpoint, bucket, "f", []byte("x"), map[string]string{"X-Amz-Meta-Fencegate-Attempt": "00000000-0000-4000-8000-000000000000"})
+	if forged.Status != 200 {
+		t.Fatal(forged)
+	}
+	direct, err := g.Store.S3Client().HeadObject(ctx, &s3.HeadObjectInput{Bucket: &bucket, Key: aws.String("f")})
+	if err != nil || direct.Metadata["fencegate-attempt"] == "00000000-0000-4000-8000-000000000000" {
+		t.Fatalf("forged attribution reached the store: %v %v", direct.Metadata, err)
+	}
+
+	// CopyObject with the COPY directive keeps the source's metadata and system
+	// headers, and the copy gets its own attempt id.
+	if _, err := c.PutObject(ctx, &s3.PutObjectInput{Bucket: &bucket, Key: aws.String("src"), Body: strings.NewReader("source"),
+		ContentType: aws.String("text/x-src"), CacheControl: aws.String("max-age=7"), Metadata: map[string]string{"owner": "me"}}); err != nil {
+		t.Fatal(err)
+	}
+	for _, dir := range []types.MetadataDirective{types.MetadataDirectiveCopy, types.MetadataDirectiveReplace} {
+		dst := "copy-" + string(dir)
+		in := &s3.CopyObjectInput{Bucket: &bucket, Key: aws.String(dst), CopySource: aws.String(bucket + "/src"), MetadataDirective: dir}
+		if dir == types.MetadataDirectiveReplace {
+			in.Metadata = map[string]string{"owner": "replaced"}
+			in.ContentType = aws.String("text/x-replaced")
+		}
+		if _, err := c.CopyObject(ctx, in); err != nil {
+			t.Fatalf("%s: %v", dir, err)
+		}
+		h, err := c.HeadObject(ctx, &s3.HeadObjectInput{Bucket: &bucket, Key: aws.String(dst)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		wantOwner, wantType := "me", "text/x-src"
+		if dir == types.MetadataDirectiveReplace {
+			wantOwner, wantType = "replaced", "text/x-replaced"
+		}
+		if h.Metadata["owner"] != wantOwner || aws.ToString(h.ContentType) != wantType {
+			t.Fatalf("%s copy: metadata %v, content type %q", dir, h.Metadata, aws.ToString(h.ContentType))
+		}
+		if dir == types.MetadataDirectiveCopy && aws.ToString(h.CacheControl) != "max-age=7" {
+			t.Fatalf("COPY lost Cache-Control: %q", aws.ToString(h.CacheControl))
+		}
+	}
+	audit(t, g.Store, bucket, "k", "f", "src", "copy-COPY", "copy-REPLACE")
+}

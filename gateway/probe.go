@@ -1,0 +1,261 @@
+package gateway
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/fencegate/fencegate/meta"
+)
+
+// ProbeResult says which of the store's guarantees the write protocol relies on
+// were proven at start-up (DESIGN.md W3, W9).
+type ProbeResult struct {
+	Checks []ProbeCheck
+}
+
+// ProbeCheck is one proven (or refuted) behaviour.
+type ProbeCheck struct {
+	Name string
+	OK   bool
+	Note string
+}
+
+// Fenced reports whether every check passed.
+func (p ProbeResult) Fenced() bool {
+	for _, c := range p.Checks {
+		if !c.OK {
+			return false
+		}
+	}
+	return len(p.Checks) > 0
+}
+
+func (p ProbeResult) String() string {
+	var b strings.Builder
+	for _, c := range p.Checks {
+		mark := "ok"
+		if !c.OK {
+			mark = "FAILED"
+		}
+		fmt.Fprintf(&b, "%s: %s", c.Name, mark)
+		if c.Note != "" {
+			fmt.Fprintf(&b, " (%s)", c.Note)
+		}
+		b.WriteString("; ")
+	}
+	return strings.TrimSuffix(b.String(), "; ")
+}
+
+// Probe proves, in bucket, that the store rejects a mismatched condition on
+// each fenced operation (PUT, Complete, Copy, Delete) and refuses an aws-chunked
+// body cut short. It writes only under the prefix fencegate-probe/ and removes
+// what it wrote.
+func (s *Server) Probe(ctx context.Context, bucket string) (ProbeResult, error) {
+	p := &prober{s: s, bucket: bucket, prefix: "fencegate-probe/" + meta.NewID() + "/"}
+	if err := p.ensureBucket(ctx); err != nil {
+		return ProbeResult{}, err
+	}
+	defer p.cleanup()
+	var res ProbeResult
+	add := func(name string, ok bool, note string) { res.Checks = append(res.Checks, ProbeCheck{name, ok, note}) }
+
+	base := p.prefix + "base"
+	etag, err := p.put(ctx, base, []byte("probe"), nil)
+	if err != nil {
+		return res, err
+	}
+	st, _ := p.status(ctx, http.MethodPut, base, []byte("overwrite"), map[string]string{"If-None-Match": "*"}, "")
+	add("PUT If-None-Match on an existing key", st == 412, statusNote(st))
+	st, _ = p.status(ctx, http.MethodPut, base, []byte("overwrite"), map[string]string{"If-Match": `"0000"`}, "")
+	add("PUT If-Match with a stale ETag", st == 412, statusNote(st))
+	st, _ = p.status(ctx, http.MethodPut, p.prefix+"absent", []byte("x"), map[string]string{"If-Match": `"` + etag + `"`}, "")
+	add("PUT If-Match on an absent key", st == 412 || st == 404, statusNote(st))
+
+	dest := p.prefix + "copy-dest"
+	if _, err := p.put(ctx, dest, []byte("destination"), nil); err != nil {
+		return res, err
+	}
+	copyHeaders := map[string]string{"If-None-Match": "*", "X-Amz-Copy-Source": "/" + bucket + "/" + base}
+	st, _ = p.status(ctx, http.MethodPut, dest, nil, copyHeaders, "")
+	add("CopyObject If-None-Match on an existing destination", st == 412, statusNote(st))
+
+	ok, note := p.completeFenced(ctx, base)
+	add("CompleteMultipartUpload If-None-Match on an existing key", ok, note)
+
+	st, _ = p.status(ctx, http.MethodDelete, base, nil, map[string]string{"If-Match": `"0000"`}, "")
+	add("DeleteObject If-Match with a stale ETag", st == 412, statusNote(st))
+
+	ok, note = p.truncated(ctx)
+	add("aws-chunked body cut short is not published", ok, note)
+	return res, nil
+}
+
+func statusNote(st int) string { return "store answered " + strconv.Itoa(st) }
+
+type prober struct {
+	s       *Server
+	bucket  string
+	prefix  string
+	written []string
+	uploads [][2]string
+}
+
+func (p *prober) ensureBucket(ctx context.Context) error {
+	st, _ := p.status(ctx, http.MethodHead, "", nil, nil, "")
+	switch st {
+	case 0:
+		return errors.New("the store did not answer the probe")
+	case 200:
+		return nil
+	}
+	st, _ = p.status(ctx, http.MethodPut, "", nil, nil, "")
+	if st != 200 && st != 409 {
+		return fmt.Errorf("probe bucket %s: create answered %d", p.bucket, st)
+	}
+	return nil
+}
+
+// status sends one request and returns its status (and body).
+func (p *prober) status(ctx context.Context, method, key string, body []byte, h map[string]string, query string) (int, []byte) {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	req, err := p.s.backend.newRequest(ctx, method, p.bucket, key, query)
+	if err != nil {
+		return 0, nil
+	}
+	for k, v := range h {
+		req.Header.Set(k, v)
+	}
+	u := &upstream{req: req, cancel: cancel}
+	u.setBody(body)
+	if key != "" && method != http.MethodDelete && method != http.MethodHead {
+		p.written = append(p.written, key)
+	}
+	resp, err := p.s.backend.send(req, u.payloadHash)
+	if err != nil {
+		return 0, nil
+	}
+	b, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	resp.Body.Close()
+	if resp.StatusCode == 200 && bytes.Contains(b, []byte("<Error>")) {
+		return 500, b
+	}
+	return resp.StatusCode, b
+}
+
+func (p *prober) put(ctx context.Context, key string, body []byte, h map[string]string) (string, error) {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	req, err := p.s.backend.newRequest(ctx, http.MethodPut, p.bucket, key, "")
+	if err != nil {
+		return "", err
+	}
+	for k, v := range h {
+		req.Header.Set(k, v)
+	}
+	u := &upstream{req: req, cancel: cancel}
+	u.setBody(body)
+	p.written = append(p.written, key)
+	resp, err := p.s.backend.send(req, u.payloadHash)
+	if err != nil {
+		return "", err
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 200 {
+		return "", fmt.Errorf("probe PUT answered %s", resp.Status)
+	}
+	return trimETag(resp.Header.Get("ETag")), nil
+}
+
+func (p *prober) completeFenced(ctx context.Context, key string) (bool, string) {
+	st, body := p.status(ctx, http.MethodPost, key, nil, nil, "uploads")
+	uploadID := xmlElement(body, "UploadId")
+	if st != 200 || uploadID == "" {
+		return false, "could not start a multipart upload: " + statusNote(st)
+	}
+	p.uploads = append(p.uploads, [2]string{key, uploadID})
+	q := "partNumber=1&uploadId=" + uploadID
+	ctx2, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	req, err := p.s.backend.newRequest(ctx2, http.MethodPut, p.bucket, key, q)
+	if err != nil {
+		return false, err.Error()
+	}
+	u := &upstream{req: req, cancel: cancel}
+	u.setBody([]byte("part"))
+	resp, err := p.s.backend.send(req, u.payloadHash)
+	if err != nil {
+		return false, err.Error()
+	}
+	resp.Body.Close()
+	partETag := resp.Header.Get("ETag")
+	doc := []byte("<CompleteMultipartUpload><Part><PartNumber>1</PartNumber><ETag>" + partETag + "</ETag></Part></CompleteMultipartUpload>")
+	st, _ = p.status(ctx, http.MethodPost, key, doc, map[string]string{"If-None-Match": "*"}, "uploadId="+uploadID)
+	return st == 412, statusNote(st)
+}
+
+var errProbeCut = errors.New("probe: body cut short on purpose")
+
+type cutReader struct{ left int }
+
+func (c *cutReader) Read(p []byte) (int, error) {
+	if c.left == 0 {
+		return 0, errProbeCut
+	}
+	n := min(len(p), c.left)
+	for i := range p[:n] {
+		p[i] = 'x'
+	}
+	c.left -= n
+	return n, nil
+}
+
+// truncated sends an aws-chunked PUT whose body breaks off, as fencegate sends
+// every object, and checks that the store publishes nothing.
+func (p *prober) truncated(ctx context.Context) (bool, string) {
+	key := p.prefix + "truncated"
+	ctx2, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	req, err := p.s.backend.newRequest(ctx2, http.MethodPut, p.bucket, key, "")
+	if err != nil {
+		return false, err.Error()
+	}
+	const n = 256 << 10
+	enc := newChunkEncoder(&cutReader{left: n / 2}, n, "", nil)
+	req.Body = io.NopCloser(enc)
+	req.ContentLength = encodedLength(n, enc.name)
+	req.Header.Set("Content-Encoding", "aws-chunked")
+	req.Header.Set("X-Amz-Decoded-Content-Length", strconv.Itoa(n))
+	req.Header.Set("X-Amz-Trailer", enc.name)
+	p.written = append(p.written, key)
+	if resp, err := p.s.backend.send(req, unsignedTrailer); err == nil {
+		resp.Body.Close()
+	}
+	time.Sleep(200 * time.Millisecond) // let the store finish with the cut request
+	obj, err := p.s.store.Head(ctx, p.bucket, key)
+	if err != nil {
+		return false, err.Error()
+	}
+	if obj.Exists {
+		return false, fmt.Sprintf("the store published %d of %d bytes", obj.Size, n)
+	}
+	return true, ""
+}
+
+func (p *prober) cleanup() {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for _, u := range p.uploads {
+		p.status(ctx, http.MethodDelete, u[0], nil, nil, "uploadId="+u[1])
+	}
+	for _, k := range p.written {
+		p.status(ctx, http.MethodDelete, k, nil, nil, "")
+	}
+}
