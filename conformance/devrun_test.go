@@ -122,7 +122,11 @@ func processesMentioning(dir string) []string {
 
 func buildFencegate(t *testing.T) string {
 	t.Helper()
-	bin := filepath.Join(t.TempDir(), "fencegate")
+	return buildFencegateInto(t, filepath.Join(t.TempDir(), "fencegate"))
+}
+
+func buildFencegateInto(t *testing.T, bin string) string {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, "go", "build", "-o", bin, "github.com/fencegate/fencegate/cmd/fencegate")

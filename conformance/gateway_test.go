@@ -52,10 +52,11 @@ type gatewayOptions struct {
 	// of the package's database); empty shares the package pool.
 	DatabaseURL string
 	// Reconcile runs a reconciler with this interval.
-	Reconcile time.Duration
-	TLS       bool
-	Store     *stack.Endpoint // default: the run's SeaweedFS
-	Domains   []string
+	Reconcile     time.Duration
+	ShutdownGrace time.Duration
+	TLS           bool
+	Store         *stack.Endpoint // default: the run's SeaweedFS
+	Domains       []string
 }
 
 var (
@@ -104,8 +105,12 @@ func startGateway(t *testing.T, o gatewayOptions) *testGateway {
 	if err != nil {
 		t.Fatal(err)
 	}
+	grace := o.ShutdownGrace
+	if grace == 0 {
+		grace = 5 * time.Second
+	}
 	cfg := gateway.Config{
-		Listen: "127.0.0.1:0", AdminListen: "127.0.0.1:0", ShutdownGrace: 5 * time.Second,
+		Listen: "127.0.0.1:0", AdminListen: "127.0.0.1:0", ShutdownGrace: grace,
 		Region: "us-east-1", Domains: o.Domains,
 		Backend: gateway.Backend{Endpoint: storeURL, AccessKey: store.AccessKey, SecretKey: store.SecretKey, Region: "us-east-1"},
 	}

@@ -35,9 +35,18 @@ var (
 	binPath string
 )
 
+// fencegateBinary builds the binary once per package run, into a folder that
+// lasts until the package's tests end (not a test's TempDir).
 func fencegateBinary(t *testing.T) string {
 	t.Helper()
-	binOnce.Do(func() { binPath = buildFencegate(t) })
+	binOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "fencegate-bin-")
+		if err != nil {
+			t.Fatal(err)
+		}
+		testenv.AtExit(func() { os.RemoveAll(dir) })
+		binPath = buildFencegateInto(t, filepath.Join(dir, "fencegate"))
+	})
 	if binPath == "" {
 		t.Fatal("fencegate binary was not built")
 	}

@@ -81,3 +81,36 @@ func TestMetricsCountRequests(t *testing.T) {
 		}
 	}
 }
+
+// When the grace runs out, a write still in flight is cut: its attempt is
+// recorded (failed: its body never completed) and its lease released.
+func TestShutdownCutsLeasedWritesAndReleases(t *testing.T) {
+	g := startGateway(t, gatewayOptions{Lease: testLease, ShutdownGrace: 500 * time.Millisecond})
+	bucket := "t-shutcut-" + randomSuffix()
+	createBucket(t, g.Endpoint, bucket)
+	conn := startRawPut(t, g.Endpoint, bucket, "stuck", 1<<20)
+	defer conn.Close()
+	if _, err := conn.Write(make([]byte, 64<<10)); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the write to hold its lease", 10*time.Second, func() bool {
+		as := attemptsOf(t, bucket, "stuck")
+		return len(as) == 1 && as[0].State == "leased"
+	})
+	g.Shutdown()
+	if err := g.Wait(); err != nil {
+		t.Fatal(err)
+	}
+	as := attemptsOf(t, bucket, "stuck")
+	if len(as) != 1 || as[0].State != "failed" {
+		t.Fatalf("attempts after shutdown: %+v, want the cut write failed", as)
+	}
+	if !leaseExpired(t, bucket, "stuck") {
+		var holder *string
+		_ = packageKeys(t).Pool.QueryRow(context.Background(), `SELECT holder::text FROM leases WHERE bucket = $1 AND key = 'stuck'`, bucket).Scan(&holder)
+		if holder != nil {
+			t.Fatalf("lease still held by %s after shutdown", *holder)
+		}
+	}
+	audit(t, g.Store, bucket, "stuck")
+}

@@ -26,6 +26,7 @@ type request struct {
 	bytesIn        int64
 	out            *countingBody
 	cancelUpstream func()
+	inflightID     uint64
 }
 
 const requestStateKey = "fencegate.request"

@@ -143,6 +143,7 @@ func (u *upstream) finish(r *request) {
 func (s *Server) buildUpstream(ctx *fasthttp.RequestCtx, r *request) (*upstream, *apiError) {
 	uctx, cancel := context.WithCancel(context.Background())
 	r.cancelUpstream = cancel
+	s.inflight.setCancel(r.inflightID, cancel)
 	query := forwardQuery(ctx.Request.URI().QueryString(), r.auth.Presigned)
 	req, err := s.backend.newRequest(uctx, string(ctx.Method()), r.bucket, r.key, query)
 	if err != nil {

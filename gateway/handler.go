@@ -34,6 +34,9 @@ func (s *Server) handle(ctx *fasthttp.RequestCtx) {
 			return
 		}
 	}
+	id := s.inflight.add(ctx.Conn())
+	r.inflightID = id
+	defer s.inflight.done(id)
 	defer func() {
 		if p := recover(); p != nil {
 			s.deps.Log.Error("panic serving request", "request_id", r.id, "op", r.op.Name, "panic", p)

@@ -74,6 +74,7 @@ type Server struct {
 	backend  *backend
 	store    storeView
 	leases   *lease.Manager
+	inflight inflight
 	wg       sync.WaitGroup
 	errc     chan error
 }
@@ -203,7 +204,9 @@ func (s *Server) shutdown() {
 	sctx, cancel := context.WithTimeout(context.Background(), s.cfg.ShutdownGrace)
 	defer cancel()
 	if err := s.s3.ShutdownWithContext(sctx); err != nil {
-		s.deps.Log.Warn("shutdown grace ended with requests in flight; their connections were cut", "err", err)
+		ended := s.inflight.cut(10 * time.Second)
+		s.deps.Log.Warn("shutdown grace ended with requests in flight: they were cut, their writes recorded and their leases released",
+			"err", err, "all_ended", ended)
 	}
 	if s.admin != nil {
 		_ = s.admin.Shutdown(sctx)

@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -56,6 +57,16 @@ func (v storeView) head(ctx context.Context, bucket, key, versionID string, out 
 		out.Header = resp.Header
 		return nil
 	case http.StatusNotFound:
+		// A HEAD's 404 does not say whether the key or the whole bucket is
+		// missing. A missing bucket (deleted, or a store that is not the one
+		// the catalog describes) must not be read as every key deleted.
+		if key != "" {
+			if ok, err := v.bucketExists(ctx, bucket); err != nil {
+				return err
+			} else if !ok {
+				return fmt.Errorf("%w: %s", errNoSuchBucket, bucket)
+			}
+		}
 		return nil
 	default:
 		return fmt.Errorf("HEAD %s/%s: store answered %s", bucket, key, resp.Status)
@@ -63,3 +74,24 @@ func (v storeView) head(ctx context.Context, bucket, key, versionID string, out 
 }
 
 func trimETag(s string) string { return strings.Trim(strings.TrimSpace(s), `"`) }
+
+var errNoSuchBucket = errors.New("the store has no such bucket")
+
+func (v storeView) bucketExists(ctx context.Context, bucket string) (bool, error) {
+	req, err := v.b.newRequest(ctx, http.MethodHead, bucket, "", "")
+	if err != nil {
+		return false, err
+	}
+	resp, err := v.b.send(req, emptySHA256)
+	if err != nil {
+		return false, err
+	}
+	resp.Body.Close()
+	switch resp.StatusCode {
+	case http.StatusOK:
+		return true, nil
+	case http.StatusNotFound:
+		return false, nil
+	}
+	return false, fmt.Errorf("HEAD bucket %s: store answered %s", bucket, resp.Status)
+}

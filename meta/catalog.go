@@ -410,7 +410,9 @@ func (c *Catalog) ClaimUnresolved(ctx context.Context, limit int, claimFor time.
 			WHERE (state = 'unknown' OR (state = 'leased' AND NOT EXISTS (
 				SELECT 1 FROM leases l WHERE l.bucket = a.bucket AND l.key = a.key AND l.holder = a.attempt_id AND l.expires_at > clock_timestamp())))
 			  AND (claimed_until IS NULL OR claimed_until < clock_timestamp())
-			ORDER BY updated_at LIMIT $1 FOR UPDATE SKIP LOCKED)
+			-- least recently tried first, so guards that cannot be proven yet do
+			-- not starve newer ones
+			ORDER BY coalesce(claimed_until, updated_at) LIMIT $1 FOR UPDATE SKIP LOCKED)
 		UPDATE attempts a SET claim_token = $2, claimed_until = clock_timestamp() + $3::interval, tries = tries + 1
 		FROM picked WHERE a.attempt_id = picked.attempt_id
 		RETURNING a.bucket, a.key`, limit, token, claimFor.String())

@@ -37,6 +37,13 @@ var (
 	tmpRoot  string
 )
 
+// AtExit runs fn when the package's tests end.
+func AtExit(fn func()) {
+	mu.Lock()
+	defer mu.Unlock()
+	cleanups = append(cleanups, fn)
+}
+
 // Main runs the package's tests and then stops whatever this package started.
 func Main(m *testing.M) {
 	code := m.Run()
