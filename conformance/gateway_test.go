@@ -54,6 +54,7 @@ type gatewayOptions struct {
 	// Reconcile runs a reconciler with this interval.
 	Reconcile     time.Duration
 	ShutdownGrace time.Duration
+	BodyStall     time.Duration
 	TLS           bool
 	Store         *stack.Endpoint // default: the run's SeaweedFS
 	Domains       []string
@@ -111,7 +112,7 @@ func startGateway(t *testing.T, o gatewayOptions) *testGateway {
 	}
 	cfg := gateway.Config{
 		Listen: "127.0.0.1:0", AdminListen: "127.0.0.1:0", ShutdownGrace: grace,
-		Region: "us-east-1", Domains: o.Domains,
+		Region: "us-east-1", Domains: o.Domains, BodyStallTimeout: o.BodyStall,
 		Backend: gateway.Backend{Endpoint: storeURL, AccessKey: store.AccessKey, SecretKey: store.SecretKey, Region: "us-east-1"},
 	}
 	scheme := "http"

@@ -114,3 +114,29 @@ func TestShutdownCutsLeasedWritesAndReleases(t *testing.T) {
 	}
 	audit(t, g.Store, bucket, "stuck")
 }
+
+// A body that stalls ends with S3's RequestTimeout; the write is recorded
+// failed (its body never completed) and its lease released.
+func TestStalledBodyEndsWithRequestTimeout(t *testing.T) {
+	g := startGateway(t, gatewayOptions{Lease: testLease, BodyStall: 500 * time.Millisecond})
+	bucket := "t-stall-" + randomSuffix()
+	createBucket(t, g.Endpoint, bucket)
+	conn := startRawPut(t, g.Endpoint, bucket, "stalled", 1<<20)
+	defer conn.Close()
+	if _, err := conn.Write(make([]byte, 64<<10)); err != nil {
+		t.Fatal(err)
+	}
+	_ = conn.SetReadDeadline(time.Now().Add(10 * time.Second))
+	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if code := s3ErrorCode(t, resp); resp.StatusCode != 400 || code != "RequestTimeout" {
+		t.Fatalf("%d %s, want 400 RequestTimeout", resp.StatusCode, code)
+	}
+	as := attemptsOf(t, bucket, "stalled")
+	if len(as) != 1 || as[0].State != "failed" {
+		t.Fatalf("attempts %+v, want the stalled write failed", as)
+	}
+	audit(t, g.Store, bucket, "stalled")
+}

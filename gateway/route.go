@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"bytes"
+	"net/url"
 	"strings"
 )
 
@@ -11,8 +12,9 @@ import (
 // same key bytes: the key is the percent-decoded path, where `+` stays `+`.
 func route(host, rawPath []byte, domains []string) (bucket, key string, ok bool) {
 	h := string(stripPort(host))
-	path, ok := percentDecode(rawPath)
-	if !ok {
+	// PathUnescape decodes %XX only: a path's `+` is a plus sign.
+	path, err := url.PathUnescape(string(rawPath))
+	if err != nil {
 		return "", "", false
 	}
 	path = strings.TrimPrefix(path, "/")
@@ -30,43 +32,6 @@ func stripPort(host []byte) []byte {
 		return host[:i]
 	}
 	return host
-}
-
-func unhexDigit(c byte) (byte, bool) {
-	switch {
-	case '0' <= c && c <= '9':
-		return c - '0', true
-	case 'a' <= c && c <= 'f':
-		return c - 'a' + 10, true
-	case 'A' <= c && c <= 'F':
-		return c - 'A' + 10, true
-	}
-	return 0, false
-}
-
-// percentDecode decodes %XX escapes only (a path's `+` is a plus sign).
-func percentDecode(s []byte) (string, bool) {
-	if bytes.IndexByte(s, '%') < 0 {
-		return string(s), true
-	}
-	out := make([]byte, 0, len(s))
-	for i := 0; i < len(s); i++ {
-		if s[i] != '%' {
-			out = append(out, s[i])
-			continue
-		}
-		if i+2 >= len(s) {
-			return "", false
-		}
-		hi, ok1 := unhexDigit(s[i+1])
-		lo, ok2 := unhexDigit(s[i+2])
-		if !ok1 || !ok2 {
-			return "", false
-		}
-		out = append(out, hi<<4|lo)
-		i += 2
-	}
-	return string(out), true
 }
 
 // escapeKeyPath encodes a key for the store's path the way S3 signers do:

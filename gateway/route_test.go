@@ -1,6 +1,9 @@
 package gateway
 
-import "testing"
+import (
+	"net/url"
+	"testing"
+)
 
 func TestRoute(t *testing.T) {
 	domains := []string{"s3.local", "localhost"}
@@ -32,8 +35,8 @@ func TestRoute(t *testing.T) {
 func TestEscapeKeyPathRoundTrips(t *testing.T) {
 	for _, k := range []string{"a b", "a+b", "ü/ß", "x%y", "~!*'()", "a//b"} {
 		esc := escapeKeyPath(nil, k)
-		back, ok := percentDecode(esc)
-		if !ok || back != k {
+		back, err := url.PathUnescape(string(esc))
+		if err != nil || back != k {
 			t.Errorf("%q -> %q -> %q", k, esc, back)
 		}
 	}
