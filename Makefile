@@ -21,7 +21,7 @@ build:
 # The whole local stack: PostgreSQL + SeaweedFS + the gateway, data in ./.fencegate.
 run: build
 	scripts/ensure-deps.sh
-	./$(BIN) dev run
+	exec ./$(BIN) dev run
 
 # Unit and conformance tests against one throwaway PostgreSQL cluster and SeaweedFS.
 test: build

@@ -97,6 +97,10 @@ func (s *Server) Probe(ctx context.Context, bucket string) (ProbeResult, error) 
 	return res, nil
 }
 
+// probeRequestTimeout is generous: a store's first write to a new bucket may
+// have to allocate storage (SeaweedFS grows volumes) while it starts.
+const probeRequestTimeout = 60 * time.Second
+
 func statusNote(st int) string { return "store answered " + strconv.Itoa(st) }
 
 type prober struct {
@@ -124,7 +128,7 @@ func (p *prober) ensureBucket(ctx context.Context) error {
 
 // status sends one request and returns its status (and body).
 func (p *prober) status(ctx context.Context, method, key string, body []byte, h map[string]string, query string) (int, []byte) {
-	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	ctx, cancel := context.WithTimeout(ctx, probeRequestTimeout)
 	defer cancel()
 	req, err := p.s.backend.newRequest(ctx, method, p.bucket, key, query)
 	if err != nil {
@@ -151,7 +155,7 @@ func (p *prober) status(ctx context.Context, method, key string, body []byte, h 
 }
 
 func (p *prober) put(ctx context.Context, key string, body []byte, h map[string]string) (string, error) {
-	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	ctx, cancel := context.WithTimeout(ctx, probeRequestTimeout)
 	defer cancel()
 	req, err := p.s.backend.newRequest(ctx, http.MethodPut, p.bucket, key, "")
 	if err != nil {
@@ -182,7 +186,7 @@ func (p *prober) completeFenced(ctx context.Context, key string) (bool, string) 
 	}
 	p.uploads = append(p.uploads, [2]string{key, uploadID})
 	q := "partNumber=1&uploadId=" + uploadID
-	ctx2, cancel := context.WithTimeout(ctx, 10*time.Second)
+	ctx2, cancel := context.WithTimeout(ctx, probeRequestTimeout)
 	defer cancel()
 	req, err := p.s.backend.newRequest(ctx2, http.MethodPut, p.bucket, key, q)
 	if err != nil {
@@ -221,7 +225,7 @@ func (c *cutReader) Read(p []byte) (int, error) {
 // every object, and checks that the store publishes nothing.
 func (p *prober) truncated(ctx context.Context) (bool, string) {
 	key := p.prefix + "truncated"
-	ctx2, cancel := context.WithTimeout(ctx, 10*time.Second)
+	ctx2, cancel := context.WithTimeout(ctx, probeRequestTimeout)
 	defer cancel()
 	req, err := p.s.backend.newRequest(ctx2, http.MethodPut, p.bucket, key, "")
 	if err != nil {

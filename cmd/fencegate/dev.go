@@ -127,7 +127,18 @@ func portFree(p int) bool {
 	return true
 }
 
+// dieWithParent asks the kernel to send this process SIGTERM when its parent
+// dies, so `make run` killed by SIGTERM (which make does not pass on) still
+// stops the whole stack.
+func dieWithParent() {
+	_, _, _ = syscall.RawSyscall(syscall.SYS_PRCTL, syscall.PR_SET_PDEATHSIG, uintptr(syscall.SIGTERM), 0)
+	if os.Getppid() == 1 {
+		_ = syscall.Kill(os.Getpid(), syscall.SIGTERM)
+	}
+}
+
 func devRun(ctx context.Context, args []string) error {
+	dieWithParent()
 	f := newFlags("dev run")
 	var dir string
 	f.String(&dir, "dir", "FENCEGATE_DEV_DIR", ".fencegate", "folder for the stack's data, state and env file")
@@ -176,7 +187,7 @@ func devRun(ctx context.Context, args []string) error {
 		Config:      gatewayConfig(st),
 		DatabaseURL: dbURL, ServerKey: st.ServerKey, Region: "", Domains: "localhost",
 		BackendURL: sw.URL, BackendKey: st.StoreAccess, BackendSecret: st.StoreSecret, BackendRegion: "us-east-1",
-		LogLevel: logLevel, DBMaxConns: 32, DBQueryTimeout: 10 * time.Second,
+		LogLevel: logLevel, DBMaxConns: 32, DBQueryTimeout: 10 * time.Second, ProbeBucket: "fencegate-probe",
 		Lease:     lease.Config{TTL: 60 * time.Second, RenewEvery: 20 * time.Second, Margin: 10 * time.Second, WaitMax: 10 * time.Second, DBTimeout: 5 * time.Second},
 		Reconcile: 20 * time.Second,
 	}
