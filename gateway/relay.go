@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"sync"
 
 	"github.com/valyala/fasthttp"
 )
@@ -108,6 +109,35 @@ func (c *countingBody) Read(p []byte) (int, error) {
 	n, err := c.rc.Read(p)
 	c.n += int64(n)
 	return n, err
+}
+
+// relayBuffers are large, so a big object crosses the gateway in few reads
+// and writes (fasthttp's own copy uses small buffers).
+var relayBuffers = sync.Pool{New: func() any { b := make([]byte, 256<<10); return &b }}
+
+// WriteTo is what fasthttp uses to copy a streamed body to the client.
+func (c *countingBody) WriteTo(w io.Writer) (int64, error) {
+	bp := relayBuffers.Get().(*[]byte)
+	defer relayBuffers.Put(bp)
+	buf := *bp
+	var total int64
+	for {
+		n, rerr := c.rc.Read(buf)
+		if n > 0 {
+			m, werr := w.Write(buf[:n])
+			total += int64(m)
+			c.n += int64(m)
+			if werr != nil {
+				return total, werr
+			}
+		}
+		if rerr == io.EOF {
+			return total, nil
+		}
+		if rerr != nil {
+			return total, rerr
+		}
+	}
 }
 
 func (c *countingBody) Close() error {
