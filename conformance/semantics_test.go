@@ -111,5 +111,12 @@ func TestClientConditionsAndHiddenMetadata(t *testing.T) {
 			t.Fatalf("COPY lost Cache-Control: %q", aws.ToString(h.CacheControl))
 		}
 	}
-	audit(t, g.Store, bucket, "k", "f", "src", "copy-COPY", "copy-REPLACE")
+	// Deleting a key that is not there changes nothing: no generation.
+	if r := doRaw(g.Endpoint, "DELETE", "/"+bucket+"/never-was", nil, nil); r.Status != 204 {
+		t.Fatalf("DELETE of an absent key: %+v", r)
+	}
+	if gens := generationsOf(t, bucket, "never-was"); len(gens) != 0 {
+		t.Fatalf("a delete of an absent key made generations %+v", gens)
+	}
+	audit(t, g.Store, bucket, "k", "f", "src", "copy-COPY", "copy-REPLACE", "never-was")
 }

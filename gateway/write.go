@@ -140,6 +140,11 @@ func (s *Server) writeKey(ctx *fasthttp.RequestCtx, r *request, u *upstream, w k
 		l.Finish(meta.StateFailed, "the store answered "+resp.Status)
 		return s.relay(ctx, r, resp)
 	}
+	if w.op == "delete" && !fence.Exists {
+		// The key was already absent: the delete changed nothing to record.
+		l.Finish(meta.StateFailed, "the key was already absent: nothing to publish")
+		return s.relay(ctx, r, resp)
+	}
 	entry, e := w.acknowledge(resp)
 	if e != nil {
 		l.Finish(meta.StateUnknown, "the store's success answer carried an error: "+e.Code)

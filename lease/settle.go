@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -22,6 +23,9 @@ type Object struct {
 type Store interface {
 	Head(ctx context.Context, bucket, key string) (Object, error)
 }
+
+// headTimeout bounds the HEAD that attributes a key's bytes.
+const headTimeout = 30 * time.Second
 
 // Fence is the key's state a write must be conditioned on at the store:
 // If-Match ETag when Exists, else If-None-Match: *.
@@ -58,7 +62,17 @@ func (l *Lease) Settle(ctx context.Context, store Store) (Fence, error) {
 		m.Metrics.Settlements.WithLabelValues("in_sync").Inc()
 		return fenceOf(e), nil
 	}
-	obj, err := store.Head(ctx, l.Bucket, l.Key)
+	// The HEAD is bounded, and dies with the lease.
+	hctx, cancel := context.WithTimeout(ctx, headTimeout)
+	go func() {
+		select {
+		case <-l.lost:
+			cancel()
+		case <-hctx.Done():
+		}
+	}()
+	obj, err := store.Head(hctx, l.Bucket, l.Key)
+	cancel()
 	if err != nil {
 		return Fence{}, fmt.Errorf("settle %s/%s: %w", l.Bucket, l.Key, err)
 	}
