@@ -188,6 +188,7 @@ type sample struct {
 	elapsed                      time.Duration
 	p50, p99                     time.Duration
 	cpu, storeCPU, dbCPU, client float64 // seconds: gateway (or store for direct), store, PostgreSQL, this client
+	dbWrites                     int64   // PostgreSQL write transactions
 	firstErr                     error
 }
 
@@ -206,6 +207,7 @@ func runCell(ctx context.Context, t target, pg procGroups, c cell, dur time.Dura
 	lats := make([][]time.Duration, c.conc)
 	var mu sync.Mutex
 	var s sample
+	xid0 := pg.xids()
 	cpu0, store0, db0, client0 := groupCPU(t.pgid), groupCPU(pg.store), groupCPU(pg.db), selfCPU()
 	start := time.Now()
 	deadline := start.Add(dur)
@@ -252,6 +254,7 @@ func runCell(ctx context.Context, t target, pg procGroups, c cell, dur time.Dura
 	s.storeCPU = groupCPU(pg.store) - store0
 	s.dbCPU = groupCPU(pg.db) - db0
 	s.client = selfCPU() - client0
+	s.dbWrites = pg.xids() - xid0
 	all := slices.Concat(lats...)
 	slices.Sort(all)
 	if len(all) > 0 {

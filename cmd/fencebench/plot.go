@@ -121,14 +121,16 @@ func writePlot(path string, recs []Record) error {
 
 	title := "FENCEGATE BENCHMARK: THROUGHPUT (MIB/S, LOG) AGAINST OBJECT SIZE"
 	img.text((plotW-textWidth(title))/2, 12, title, black)
-	lx := 300
+	note := "PUT PANELS: THE 256M POINT IS THE MULTIPART UPLOAD (4 X 64M). WHISKERS: MIN-MAX OVER ROUNDS"
+	img.text((plotW-textWidth(note))/2, 66, note, axisGrey)
+	lx := 330
 	for _, t := range plotTargets {
-		img.dot(lx+8, 48, 7, targetRGB[t])
-		img.text(lx+24, 42, t, black)
+		img.dot(lx+8, 42, 7, targetRGB[t])
+		img.text(lx+24, 36, t, black)
 		lx += 220
 	}
 	for i, op := range []string{opGET, opPUT, opGET, opPUT} {
-		x0, y0 := 20+(i%2)*590, 80+(i/2)*410
+		x0, y0 := 20+(i%2)*590, 90+(i/2)*405
 		drawPanel(img, recs, x0, y0, 570, 390, op, i >= 2, yLo, yHi)
 	}
 	f, err := os.Create(path)
@@ -151,9 +153,6 @@ func inPanel(c cell, op string, high bool) bool {
 // panelLabel names a panel after the concurrencies its cells ran at.
 func panelLabel(recs []Record, op string, high bool) string {
 	label := op
-	if op == opPUT {
-		label = "PUT (256M = MULTIPART)"
-	}
 	var concs []string
 	first := 0
 	for _, c := range cells(recs) {

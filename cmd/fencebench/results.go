@@ -35,9 +35,11 @@ type Record struct {
 	CPUSPerOpMax float64 `json:"cpu_s_per_op_max"`
 	CPUProcess   string  `json:"cpu_process"`
 	// The store's (weed), PostgreSQL's and this load generator's CPU per operation.
-	StoreCPUSPerOp  float64 `json:"store_cpu_s_per_op"`
-	DBCPUSPerOp     float64 `json:"db_cpu_s_per_op"` // PostgreSQL, all its processes
-	ClientCPUSPerOp float64 `json:"client_cpu_s_per_op"`
+	StoreCPUSPerOp float64 `json:"store_cpu_s_per_op"`
+	DBCPUSPerOp    float64 `json:"db_cpu_s_per_op"` // PostgreSQL, all its processes
+	// PostgreSQL write transactions (durable commits) per operation.
+	DBWriteTxnsPerOp float64 `json:"db_write_txns_per_op"`
+	ClientCPUSPerOp  float64 `json:"client_cpu_s_per_op"`
 
 	Rounds        int       `json:"rounds"`
 	CellSeconds   float64   `json:"cell_seconds"`
@@ -92,9 +94,11 @@ func num(v float64) string {
 func aggregate(targetName string, c cell, ss []sample) Record {
 	r := Record{Target: targetName, Op: c.op, SizeBytes: c.size, Concurrency: c.conc, Rounds: len(ss)}
 	var ops, mib, p50, p99, cpu, store, db, client []float64
+	var writes int64
 	for _, s := range ss {
 		r.OpsTotal += s.ops
 		r.Errors += s.errors
+		writes += s.dbWrites
 		r.CellSeconds += s.elapsed.Seconds() / float64(len(ss))
 		ops = append(ops, s.opsPerS())
 		mib = append(mib, s.mibPerS())
@@ -116,6 +120,9 @@ func aggregate(targetName string, c cell, ss []sample) Record {
 	r.CPUSPerOp, r.CPUSPerOpMin, r.CPUSPerOpMax = round6(cs.med), round6(cs.min), round6(cs.max)
 	r.StoreCPUSPerOp, r.DBCPUSPerOp, r.ClientCPUSPerOp = round6(summarize(store).med), round6(summarize(db).med), round6(summarize(client).med)
 	r.CellSeconds = round3(r.CellSeconds)
+	if r.OpsTotal > 0 {
+		r.DBWriteTxnsPerOp = round3(float64(writes) / float64(r.OpsTotal))
+	}
 	r.CPUProcess = map[string]string{"direct": "weed (SeaweedFS)", "fencegate": "fencegate", "versitygw": "versitygw"}[targetName]
 	return r
 }

@@ -15,6 +15,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/fencegate/fencegate/internal/stack"
 	"github.com/fencegate/fencegate/meta"
 )
@@ -39,9 +41,13 @@ type benchStack struct {
 	targets   []target
 	masterURL string
 	dbURL     string
+	db        *pgx.Conn // counts write transactions
 }
 
 func (s *benchStack) stop() {
+	if s.db != nil {
+		s.db.Close(context.Background())
+	}
 	if s.fg != nil {
 		s.fg.stop()
 	}
@@ -111,6 +117,9 @@ func startStack(ctx context.Context, s *benchStack, prebuilt, logLevel string) e
 	if s.fg, err = startFencegate(ctx, fgBin, s.tmp, s.dbURL, s.sw.Endpoint, logLevel); err != nil {
 		return err
 	}
+	if s.db, err = pgx.Connect(ctx, s.dbURL); err != nil {
+		return err
+	}
 	s.targets = []target{
 		{name: "direct", Endpoint: s.sw.Endpoint, pgid: s.sw.Pid()},
 		{name: "fencegate", Endpoint: s.fg.Endpoint, pgid: s.fg.pid()},
@@ -119,10 +128,27 @@ func startStack(ctx context.Context, s *benchStack, prebuilt, logLevel string) e
 	return nil
 }
 
-// procGroups are the process groups whose CPU every cell records.
-type procGroups struct{ store, db int }
+// procGroups are the process groups whose CPU every cell records, and a
+// counter of PostgreSQL write transactions.
+type procGroups struct {
+	store, db int
+	xids      func() int64
+}
 
-func (s *benchStack) groups() procGroups { return procGroups{store: s.sw.Pid(), db: s.pgPgid} }
+func (s *benchStack) groups() procGroups {
+	return procGroups{store: s.sw.Pid(), db: s.pgPgid, xids: s.writeTxns}
+}
+
+// writeTxns is the next PostgreSQL transaction id: only transactions that
+// write (and so flush a commit record) take one.
+func (s *benchStack) writeTxns() int64 {
+	if s.db == nil {
+		return 0
+	}
+	var n int64
+	_ = s.db.QueryRow(context.Background(), `SELECT pg_snapshot_xmax(pg_current_snapshot())::text::bigint`).Scan(&n)
+	return n
+}
 
 // busyCPU is the CPU seconds the whole machine has been busy (not idle or
 // waiting for I/O) since boot, from /proc/stat.
@@ -369,15 +395,16 @@ func readStat(pid int) (procStat, bool) {
 // clockTick is USER_HZ, 100 on every Linux this runs on.
 const clockTick = 100.0
 
-// groupCPU is the CPU seconds used so far by every process in group pgid
-// (reaped children included through cutime/cstime).
+// groupCPU is the CPU seconds used so far by the processes of group pgid and
+// their direct children (PostgreSQL's backends call setsid, leaving the
+// postmaster's group), reaped children included through cutime/cstime.
 func groupCPU(pgid int) float64 {
 	if pgid == 0 {
 		return 0
 	}
 	var t int64
 	for _, p := range procStats() {
-		if p.pgrp == pgid {
+		if p.pgrp == pgid || p.ppid == pgid {
 			t += p.ticks
 		}
 	}
