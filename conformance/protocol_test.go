@@ -176,7 +176,7 @@ func TestCommitWaitingForLockPastExpiryIsRefused(t *testing.T) {
 	waitFor(t, "the commit to wait for the row lock", 10*time.Second, func() bool {
 		var n int
 		_ = pool.QueryRow(ctx, `SELECT count(*) FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid
-			WHERE NOT l.granted AND a.query ILIKE '%FROM leases%FOR UPDATE%'`).Scan(&n)
+			WHERE NOT l.granted AND a.query ILIKE '%fencegate_commit%'`).Scan(&n)
 		return n > 0
 	})
 	waitFor(t, "the lease to expire on the database clock", 10*time.Second, func() bool { return leaseExpired(t, bucket, "k") })

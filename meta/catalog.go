@@ -5,7 +5,6 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
-	"fmt"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -97,59 +96,18 @@ type AcquireParams struct {
 // whose lease expired becomes unknown: it may have landed. It reports false
 // (and commits nothing) while another holder's lease is live.
 func (c *Catalog) Acquire(ctx context.Context, p AcquireParams) (bool, error) {
-	acquired := false
-	err := pgx.BeginFunc(ctx, c.Pool, func(tx pgx.Tx) error {
-		var holder *string
-		var live bool
-		err := tx.QueryRow(ctx, `SELECT holder::text, coalesce(expires_at > clock_timestamp(), false)
-			FROM leases WHERE bucket = $1 AND key = $2 FOR UPDATE`, p.Bucket, p.Key).Scan(&holder, &live)
-		switch {
-		case errors.Is(err, pgx.ErrNoRows):
-			tag, err := tx.Exec(ctx, `INSERT INTO leases (bucket, key, holder, expires_at)
-				VALUES ($1, $2, $3, clock_timestamp() + $4::interval) ON CONFLICT DO NOTHING`,
-				p.Bucket, p.Key, p.Attempt.ID, p.TTL.String())
-			if err != nil {
-				return err
-			}
-			if tag.RowsAffected() == 0 {
-				return nil // another writer inserted it first: not acquired this time
-			}
-		case err != nil:
-			return err
-		case holder != nil && live:
-			return nil
-		default:
-			if _, err := tx.Exec(ctx, `UPDATE leases SET holder = $3, expires_at = clock_timestamp() + $4::interval
-				WHERE bucket = $1 AND key = $2`, p.Bucket, p.Key, p.Attempt.ID, p.TTL.String()); err != nil {
-				return err
-			}
-			if holder != nil {
-				if _, err := tx.Exec(ctx, `UPDATE attempts SET state = 'unknown', reason = 'lease expired', updated_at = clock_timestamp()
-					WHERE attempt_id = $1 AND state = 'leased'`, *holder); err != nil {
-					return err
-				}
-			}
-		}
-		a := p.Attempt
-		if p.NoAttempt {
-			acquired = true
-			return nil
-		}
-		if p.Existing {
-			// A settled attempt stays settled: a retry of its Complete finds it so.
-			if _, err := tx.Exec(ctx, `UPDATE attempts SET state = 'leased', gateway = $2, updated_at = clock_timestamp()
-				WHERE attempt_id = $1 AND state NOT IN ('committed', 'adopted', 'aborted')`, a.ID, a.Gateway); err != nil {
-				return err
-			}
-		} else if _, err := tx.Exec(ctx, `INSERT INTO attempts (attempt_id, bucket, key, op, state, gateway, declared_size, checksum, upload_id)
-			VALUES ($1, $2, $3, $4, 'leased', $5, $6, nullif($7, ''), nullif($8, ''))`,
-			a.ID, p.Bucket, p.Key, a.Op, a.Gateway, nullSize(a.DeclaredSize), a.Checksum, a.UploadID); err != nil {
-			return err
-		}
-		acquired = true
-		return nil
-	})
-	return acquired, err
+	mode := "new"
+	switch {
+	case p.NoAttempt:
+		mode = "settle"
+	case p.Existing:
+		mode = "existing"
+	}
+	a := p.Attempt
+	var ok bool
+	err := c.Pool.QueryRow(ctx, `SELECT fencegate_acquire($1, $2, $3, $4::interval, $5, $6, $7, $8, $9, $10)`,
+		p.Bucket, p.Key, a.ID, p.TTL.String(), mode, a.Op, a.Gateway, nullSize(a.DeclaredSize), a.Checksum, a.UploadID).Scan(&ok)
+	return ok, err
 }
 
 func nullSize(n int64) any {
@@ -190,29 +148,37 @@ func (c *Catalog) Release(ctx context.Context, bucket, key, holder, state, reaso
 // KeyState reads the catalog row, the unresolved attempts and the bucket's
 // completeness for a key.
 func (c *Catalog) KeyState(ctx context.Context, bucket, key string) (KeyState, error) {
+	// One round trip. Consistent without a snapshot: everything that changes
+	// these rows for the key happens under the key's lease, which the caller holds.
 	var ks KeyState
-	err := pgx.BeginTxFunc(ctx, c.Pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
+	b := &pgx.Batch{}
+	b.Queue(`SELECT generation, etag, size, attempt_id::text, deleted, origin, committed_at
+		FROM catalog WHERE bucket = $1 AND key = $2`, bucket, key).QueryRow(func(row pgx.Row) error {
 		var e Entry
 		var etag, attempt *string
 		var size *int64
-		err := tx.QueryRow(ctx, `SELECT generation, etag, size, attempt_id::text, deleted, origin, committed_at
-			FROM catalog WHERE bucket = $1 AND key = $2`, bucket, key).
-			Scan(&e.Generation, &etag, &size, &attempt, &e.Deleted, &e.Origin, &e.CommittedAt)
+		err := row.Scan(&e.Generation, &etag, &size, &attempt, &e.Deleted, &e.Origin, &e.CommittedAt)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return nil
+		}
 		if err == nil {
 			e.ETag, e.AttemptID, e.Size = deref(etag), deref(attempt), derefSize(size)
 			ks.Entry = &e
-		} else if !errors.Is(err, pgx.ErrNoRows) {
-			return err
 		}
-		if err := tx.QueryRow(ctx, `SELECT coalesce((SELECT complete FROM buckets WHERE bucket = $1), false)`, bucket).Scan(&ks.BucketComplete); err != nil {
-			return err
-		}
-		ks.Unresolved, err = scanAttempts(tx.Query(ctx, `SELECT `+attemptColumns+` FROM attempts a
-			WHERE bucket = $1 AND key = $2 AND (state = 'unknown' OR (state = 'leased' AND NOT EXISTS (
-				SELECT 1 FROM leases l WHERE l.bucket = a.bucket AND l.key = a.key AND l.holder = a.attempt_id AND l.expires_at > clock_timestamp())))
-			ORDER BY created_at`, bucket, key))
 		return err
 	})
+	b.Queue(`SELECT coalesce((SELECT complete FROM buckets WHERE bucket = $1), false)`, bucket).QueryRow(func(row pgx.Row) error {
+		return row.Scan(&ks.BucketComplete)
+	})
+	b.Queue(`SELECT `+attemptColumns+` FROM attempts a
+		WHERE bucket = $1 AND key = $2 AND (state = 'unknown' OR (state = 'leased' AND NOT EXISTS (
+			SELECT 1 FROM leases l WHERE l.bucket = a.bucket AND l.key = a.key AND l.holder = a.attempt_id AND l.expires_at > clock_timestamp())))
+		ORDER BY created_at`, bucket, key).Query(func(rows pgx.Rows) error {
+		var err error
+		ks.Unresolved, err = scanAttempts(rows, nil)
+		return err
+	})
+	err := c.Pool.SendBatch(ctx, b).Close()
 	return ks, err
 }
 
@@ -278,71 +244,22 @@ type CommitParams struct {
 // key that this generation supersedes become failed when the holder's own write
 // committed (its fence excluded them).
 func (c *Catalog) Commit(ctx context.Context, p CommitParams) (int64, error) {
-	var gen int64
+	var gen *int64
+	e := p.Entry
+	// An explicit transaction around the one call, so a test can cut the
+	// connection right after its COMMIT is sent (the unknown-COMMIT case).
 	err := pgx.BeginFunc(ctx, c.Pool, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, `SELECT 1 FROM leases WHERE bucket = $1 AND key = $2 FOR UPDATE`, p.Bucket, p.Key); err != nil {
-			return err
-		}
-		var held bool
-		err := tx.QueryRow(ctx, `SELECT coalesce(holder = $3 AND expires_at > clock_timestamp(), false)
-			FROM leases WHERE bucket = $1 AND key = $2`, p.Bucket, p.Key, p.Holder).Scan(&held)
-		if errors.Is(err, pgx.ErrNoRows) || err == nil && !held {
-			return ErrLeaseLost
-		}
-		if err != nil {
-			return err
-		}
-		e := p.Entry
-		var at time.Time
-		if err := tx.QueryRow(ctx, `SELECT nextval('generation_seq'), clock_timestamp()`).Scan(&gen, &at); err != nil {
-			return err
-		}
-		attempt := nullID(e.AttemptID)
-		if _, err := tx.Exec(ctx, `INSERT INTO generations (bucket, key, generation, etag, size, attempt_id, deleted, origin, committed_at)
-			VALUES ($1, $2, $3, nullif($4, ''), $5, $6, $7, $8, $9)`,
-			p.Bucket, p.Key, gen, e.ETag, nullSize(e.Size), attempt, e.Deleted, e.Origin, at); err != nil {
-			return err
-		}
-		if _, err := tx.Exec(ctx, `INSERT INTO catalog (bucket, key, generation, etag, size, attempt_id, deleted, origin, committed_at)
-			VALUES ($1, $2, $3, nullif($4, ''), $5, $6, $7, $8, $9)
-			ON CONFLICT (bucket, key) DO UPDATE SET generation = EXCLUDED.generation, etag = EXCLUDED.etag, size = EXCLUDED.size,
-				attempt_id = EXCLUDED.attempt_id, deleted = EXCLUDED.deleted, origin = EXCLUDED.origin, committed_at = EXCLUDED.committed_at`,
-			p.Bucket, p.Key, gen, e.ETag, nullSize(e.Size), attempt, e.Deleted, e.Origin, at); err != nil {
-			return err
-		}
-		if _, err := tx.Exec(ctx, `INSERT INTO outbox (bucket, key, generation, etag, size, deleted, origin, attempt_id, committed_at)
-			VALUES ($1, $2, $3, nullif($4, ''), $5, $6, $7, $8, $9)`,
-			p.Bucket, p.Key, gen, e.ETag, nullSize(e.Size), e.Deleted, e.Origin, attempt, at); err != nil {
-			return err
-		}
-		if _, err := tx.Exec(ctx, `SELECT pg_notify('fencegate_outbox', $1)`, fmt.Sprintf("%s/%s", p.Bucket, p.Key)); err != nil {
-			return err
-		}
-		if p.Settled != "" {
-			if _, err := tx.Exec(ctx, `UPDATE attempts SET state = $2, generation = $3, etag = nullif($4, ''), reason = NULL,
-				updated_at = clock_timestamp(), claim_token = NULL, claimed_until = NULL WHERE attempt_id = $1`,
-				p.Settled, p.SettledState, gen, e.ETag); err != nil {
-				return err
-			}
-		}
-		if p.Settled == p.Holder && p.SettledState == StateCommitted {
-			if _, err := tx.Exec(ctx, `UPDATE attempts SET state = 'failed', reason = $3, updated_at = clock_timestamp()
-				WHERE bucket = $1 AND key = $2 AND state = 'unknown'`, p.Bucket, p.Key,
-				fmt.Sprintf("superseded by generation %d, whose fenced write excluded it", gen)); err != nil {
-				return err
-			}
-		}
-		if p.Release {
-			if _, err := tx.Exec(ctx, `UPDATE leases SET holder = NULL, expires_at = NULL WHERE bucket = $1 AND key = $2`, p.Bucket, p.Key); err != nil {
-				return err
-			}
-		}
-		return nil
+		return tx.QueryRow(ctx, `SELECT fencegate_commit($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)`,
+			p.Bucket, p.Key, p.Holder, nullID(p.Settled), p.SettledState, e.ETag, nullSize(e.Size), nullID(e.AttemptID),
+			e.Deleted, e.Origin, p.Release).Scan(&gen)
 	})
 	if err != nil {
 		return 0, err
 	}
-	return gen, nil
+	if gen == nil {
+		return 0, ErrLeaseLost
+	}
+	return *gen, nil
 }
 
 func nullID(id string) any {
