@@ -120,3 +120,26 @@ func TestClientConditionsAndHiddenMetadata(t *testing.T) {
 	}
 	audit(t, g.Store, bucket, "k", "f", "src", "copy-COPY", "copy-REPLACE", "never-was")
 }
+
+// Empty objects and directory markers (keys ending in "/", as rclone and the
+// consoles make them) go through the protocol like any object.
+func TestEmptyObjectsAndDirectoryMarkers(t *testing.T) {
+	g := startGateway(t, gatewayOptions{Lease: testLease})
+	ctx := context.Background()
+	bucket := "t-empty-" + randomSuffix()
+	createBucket(t, g.Endpoint, bucket)
+	c := g.S3Client()
+	for _, key := range []string{"empty", "folder/", "a b/c?d#e"} {
+		if _, err := c.PutObject(ctx, &s3.PutObjectInput{Bucket: &bucket, Key: aws.String(key), Body: strings.NewReader("")}); err != nil {
+			t.Fatalf("PUT %q: %v", key, err)
+		}
+		h, err := c.HeadObject(ctx, &s3.HeadObjectInput{Bucket: &bucket, Key: aws.String(key)})
+		if err != nil || aws.ToInt64(h.ContentLength) != 0 {
+			t.Fatalf("HEAD %q: %v, %v", key, h, err)
+		}
+		if got := getBody(t, g.Endpoint, bucket, key); len(got) != 0 {
+			t.Fatalf("GET %q: %d bytes", key, len(got))
+		}
+	}
+	audit(t, g.Store, bucket, "empty", "folder/", "a b/c?d#e")
+}

@@ -120,7 +120,10 @@ func (l *Lease) record(ctx context.Context, e *meta.Entry, unresolved []meta.Att
 				break
 			}
 		}
-	case e != nil && !e.Deleted && e.ETag == obj.ETag && e.AttemptID == obj.AttemptID:
+	case e != nil && !e.Deleted && e.ETag == obj.ETag && (e.AttemptID == obj.AttemptID || obj.AttemptID == ""):
+		// The same bytes. A store may drop the attribution metadata of some
+		// objects (SeaweedFS keeps none on keys ending in "/"): same ETag and
+		// no id is still the catalog's generation.
 		m.Metrics.Settlements.WithLabelValues("in_sync").Inc()
 		return nil
 	case obj.AttemptID != "" && obj.AttemptID == l.AttemptID:
