@@ -56,7 +56,7 @@ func (p ProbeResult) String() string {
 // Probe proves, in bucket, that the store rejects a mismatched condition on
 // each fenced operation (PUT, Complete, Copy, Delete) and refuses an aws-chunked
 // body cut short. It writes only under the prefix fencegate-probe/ and removes
-// what it wrote.
+// what it wrote. The bucket stays: gateways starting together probe it at once.
 func (s *Server) Probe(ctx context.Context, bucket string) (ProbeResult, error) {
 	p := &prober{s: s, bucket: bucket, prefix: "fencegate-probe/" + meta.NewID() + "/"}
 	if err := p.ensureBucket(ctx); err != nil {
