@@ -60,11 +60,6 @@ func (g *bodyGuard) Read(p []byte) (int, error) {
 	return n, err
 }
 
-// Close is called by the transport when it is done with the body; it only
-// marks the body closed, since the transport may call it from its own
-// goroutine while a Read is in progress.
-func (g *bodyGuard) Close() error { return nil }
-
 // stop ends all reading: later Reads fail, and a Read blocked on the client is
 // unblocked and waited for. It reports whether the body was read to its end
 // (if not, the connection cannot be reused).

@@ -32,7 +32,7 @@ var notForwarded = map[string]bool{
 	"proxy-authorization": true, "te": true, "trailer": true, "transfer-encoding": true, "upgrade": true,
 	"host": true, "content-length": true, "expect": true, "authorization": true,
 	"x-amz-date": true, "x-amz-content-sha256": true, "x-amz-security-token": true,
-	"x-amz-decoded-content-length": true, "x-amz-trailer": true, "date": false,
+	"x-amz-decoded-content-length": true, "x-amz-trailer": true,
 }
 
 // attemptHeader carries fencegate's attempt id on every object it writes, so

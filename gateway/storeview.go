@@ -18,12 +18,8 @@ type storeView struct{ b *backend }
 
 // Head reports what the store holds at a key and who wrote it.
 func (v storeView) Head(ctx context.Context, bucket, key string) (lease.Object, error) {
-	return v.headVersion(ctx, bucket, key, "")
-}
-
-func (v storeView) headVersion(ctx context.Context, bucket, key, versionID string) (lease.Object, error) {
 	var info objectInfo
-	err := v.head(ctx, bucket, key, versionID, &info)
+	err := v.head(ctx, bucket, key, "", &info)
 	return info.Object, err
 }
 

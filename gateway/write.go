@@ -108,7 +108,7 @@ func (s *Server) writeKey(ctx *fasthttp.RequestCtx, r *request, u *upstream, w k
 	if e != nil {
 		// Nothing can have been published if the body never completed.
 		if u.bodyComplete() {
-			if lostLease(l) {
+			if l.IsLost() {
 				e = errLeaseLost
 			}
 			l.Finish(meta.StateUnknown, "no answer from the store: "+e.Code)
@@ -163,15 +163,6 @@ func (s *Server) writeKey(ctx *fasthttp.RequestCtx, r *request, u *upstream, w k
 	}
 	ctx.Response.Header.Set(generationHeader, strconv.FormatInt(gen, 10))
 	return s.relay(ctx, r, resp)
-}
-
-func lostLease(l *lease.Lease) bool {
-	select {
-	case <-l.Lost():
-		return true
-	default:
-		return false
-	}
 }
 
 // setFence conditions the write on the state the key was settled at (W3).
@@ -263,13 +254,4 @@ func (s *Server) bucketChanged(r *request, status int) {
 	if err != nil {
 		s.deps.Log.Warn("could not record a bucket change", "bucket", r.bucket, "err", err)
 	}
-}
-
-func isWrite(op string) bool {
-	switch op {
-	case "PutObject", "CopyObject", "CompleteMultipartUpload", "DeleteObject", "DeleteObjects",
-		"CreateMultipartUpload", "AbortMultipartUpload":
-		return true
-	}
-	return false
 }

@@ -230,7 +230,8 @@ func (l *Lease) markLost() {
 // Lost is closed when the lease is lost.
 func (l *Lease) Lost() <-chan struct{} { return l.lost }
 
-func (l *Lease) isLost() bool {
+// IsLost reports whether the lease has been lost.
+func (l *Lease) IsLost() bool {
 	select {
 	case <-l.lost:
 		return true
@@ -292,13 +293,12 @@ func (l *Lease) Commit(ctx context.Context, e meta.Entry) (int64, error) {
 	})
 	l.stopRenewing()
 	if err != nil {
-		state := meta.StateUnknown
 		reason := "commit failed after the store acknowledged: " + err.Error()
 		if errors.Is(err, meta.ErrLeaseLost) {
 			reason = "lease lost before the commit; the store acknowledged the write"
 		}
 		l.m.Metrics.Unknown.Inc()
-		l.finish(meta.StateUnknown, reason, state)
+		l.finish(meta.StateUnknown, reason)
 		return 0, err
 	}
 	l.mu.Lock()
@@ -315,10 +315,10 @@ func (l *Lease) Finish(state, reason string) {
 	if state == meta.StateUnknown {
 		l.m.Metrics.Unknown.Inc()
 	}
-	l.finish(state, reason, state)
+	l.finish(state, reason)
 }
 
-func (l *Lease) finish(state, reason, _ string) {
+func (l *Lease) finish(state, reason string) {
 	l.mu.Lock()
 	if l.finished {
 		l.mu.Unlock()

@@ -112,6 +112,6 @@ func (m *Manager) SettleKey(ctx context.Context, bucket, key string, store Store
 	}
 	_, err = l.Settle(ctx, store)
 	l.stopRenewing()
-	l.finish("", "", "")
+	l.finish("", "")
 	return err
 }

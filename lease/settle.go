@@ -76,7 +76,7 @@ func (l *Lease) Settle(ctx context.Context, store Store) (Fence, error) {
 	if err != nil {
 		return Fence{}, fmt.Errorf("settle %s/%s: %w", l.Bucket, l.Key, err)
 	}
-	if l.isLost() {
+	if l.IsLost() {
 		return Fence{}, meta.ErrLeaseLost
 	}
 	if err := l.record(ctx, e, unresolved, obj); err != nil {
