@@ -12,6 +12,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
+
+	"github.com/fencegate/fencegate/internal/testenv"
 )
 
 // Virtual-host and path-style requests, and `+` versus `%2B`, address the same
@@ -61,7 +63,7 @@ func TestVirtualHostAndPathStyleShareKeys(t *testing.T) {
 // The store refusing fencegate's own credentials is the operator's problem, not
 // the client's: 500, not a 403 the client would take as its own fault.
 func TestBackendCredentialErrorsBecome500(t *testing.T) {
-	store := g0Store(t)
+	store := testenv.Store(t)
 	store.SecretKey = "wrong-backend-secret-000000000000000000"
 	g := startGateway(t, gatewayOptions{Store: &store})
 	req := signedRequest(t, g.Endpoint, "GET", "/", time.Now())

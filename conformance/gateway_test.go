@@ -234,16 +234,4 @@ func readAllClose(t *testing.T, rc io.ReadCloser) []byte {
 	return b
 }
 
-func randomSuffix() string {
-	b := make([]byte, 4)
-	_, _ = rand.Read(b)
-	const hex = "0123456789abcdef"
-	out := make([]byte, 8)
-	for i, c := range b {
-		out[2*i], out[2*i+1] = hex[c>>4], hex[c&15]
-	}
-	return string(out)
-}
-
-// g0Store is the run's store endpoint, for tests that alter a copy of it.
-func g0Store(t *testing.T) stack.Endpoint { return testenv.Store(t) }
+func randomSuffix() string { return testenv.RandomHex(4) }

@@ -285,7 +285,7 @@ func TestKilledMidBodyLeavesNoObjectOnVersitygw(t *testing.T) {
 	if truncatedPut(t, live.Endpoint, bucket, "client-cut") {
 		t.Fatal("a client's truncated upload through a gateway process left an object at versitygw")
 	}
-	untilTrue(t, "the killed gateway's attempt to be settled", 30*time.Second, func() bool {
+	waitFor(t, "the killed gateway's attempt to be settled", 30*time.Second, func() bool {
 		return attemptDetailOf(t, attempt).state != "leased"
 	})
 	if obj := storeObjectOf(t, v.Endpoint, bucket, "killed"); obj.exists {
@@ -328,24 +328,12 @@ func requireKilled(t *testing.T, g *gatewayProcess, name string) {
 	}
 }
 
-// untilTrue polls cond every 50 ms until it holds or limit passes.
-func untilTrue(t *testing.T, what string, limit time.Duration, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(limit)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", limit, what)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-}
-
 // waitLeasedAttempt waits until the key has an attempt in state leased and
 // returns its id.
 func waitLeasedAttempt(t *testing.T, bucket, key string, limit time.Duration) string {
 	t.Helper()
 	var id string
-	untilTrue(t, "a leased attempt on "+key, limit, func() bool {
+	waitFor(t, "a leased attempt on "+key, limit, func() bool {
 		err := packageKeys(t).Pool.QueryRow(context.Background(), `SELECT attempt_id::text FROM attempts
 			WHERE bucket = $1 AND key = $2 AND state = 'leased' ORDER BY created_at DESC LIMIT 1`, bucket, key).Scan(&id)
 		if err != nil && !errors.Is(err, pgx.ErrNoRows) {

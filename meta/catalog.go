@@ -171,8 +171,7 @@ func (c *Catalog) KeyState(ctx context.Context, bucket, key string) (KeyState, e
 		return row.Scan(&ks.BucketComplete)
 	})
 	b.Queue(`SELECT `+attemptColumns+` FROM attempts a
-		WHERE bucket = $1 AND key = $2 AND (state = 'unknown' OR (state = 'leased' AND NOT EXISTS (
-			SELECT 1 FROM leases l WHERE l.bucket = a.bucket AND l.key = a.key AND l.holder = a.attempt_id AND l.expires_at > clock_timestamp())))
+		WHERE bucket = $1 AND key = $2 AND (state = 'unknown' OR (state = 'leased' AND `+holderGone+`))
 		ORDER BY created_at`, bucket, key).Query(func(rows pgx.Rows) error {
 		var err error
 		ks.Unresolved, err = scanAttempts(rows, nil)
@@ -181,6 +180,11 @@ func (c *Catalog) KeyState(ctx context.Context, bucket, key string) (KeyState, e
 	err := c.Pool.SendBatch(ctx, b).Close()
 	return ks, err
 }
+
+// holderGone is true for an attempt row `a` whose holder no longer has a live
+// lease on its key (it died, or lost the lease).
+const holderGone = `NOT EXISTS (SELECT 1 FROM leases l WHERE l.bucket = a.bucket AND l.key = a.key
+	AND l.holder = a.attempt_id AND l.expires_at > clock_timestamp())`
 
 const attemptColumns = `attempt_id::text, bucket, key, op, state, gateway, coalesce(declared_size, -1), coalesce(checksum, ''),
 	coalesce(upload_id, ''), coalesce(generation, 0), coalesce(etag, '')`
@@ -324,8 +328,7 @@ func (c *Catalog) ClaimUnresolved(ctx context.Context, limit int, claimFor time.
 	token := NewID()
 	rows, err := c.Pool.Query(ctx, `WITH picked AS (
 			SELECT attempt_id FROM attempts a
-			WHERE (state = 'unknown' OR (state = 'leased' AND NOT EXISTS (
-				SELECT 1 FROM leases l WHERE l.bucket = a.bucket AND l.key = a.key AND l.holder = a.attempt_id AND l.expires_at > clock_timestamp())))
+			WHERE (state = 'unknown' OR (state = 'leased' AND `+holderGone+`))
 			  AND (claimed_until IS NULL OR claimed_until < clock_timestamp())
 			-- least recently tried first, so guards that cannot be proven yet do
 			-- not starve newer ones
@@ -363,8 +366,7 @@ func (c *Catalog) NoteTry(ctx context.Context, bucket, key, errText string) erro
 // a live lease (they died or lost it) into unknown guards.
 func (c *Catalog) MarkDeadUnknown(ctx context.Context, bucket, key string) error {
 	_, err := c.Pool.Exec(ctx, `UPDATE attempts a SET state = 'unknown', reason = 'lease expired', updated_at = clock_timestamp()
-		WHERE bucket = $1 AND key = $2 AND state = 'leased' AND NOT EXISTS (
-			SELECT 1 FROM leases l WHERE l.bucket = a.bucket AND l.key = a.key AND l.holder = a.attempt_id AND l.expires_at > clock_timestamp())`,
+		WHERE bucket = $1 AND key = $2 AND state = 'leased' AND `+holderGone,
 		bucket, key)
 	return err
 }

@@ -68,10 +68,17 @@ func randomString(alphabet string, n int) string {
 	return string(b)
 }
 
+// NewKeyPair makes a random access key id (prefix, then random characters up
+// to 20 in all) and a random 40-character secret.
+func NewKeyPair(prefix string) (id, secret string) {
+	return prefix + randomString(keyAlphabet, max(20-len(prefix), 8)), randomString(secretAlphabet, 40)
+}
+
 // Create makes a new key with a random id ("FG" + 18 characters) and a random
 // 40-character secret, with the given grants.
 func (k *Keys) Create(ctx context.Context, description string, grants []Grant) (AccessKey, error) {
-	key := AccessKey{ID: "FG" + randomString(keyAlphabet, 18), Secret: randomString(secretAlphabet, 40), Description: description}
+	id, secret := NewKeyPair("FG")
+	key := AccessKey{ID: id, Secret: secret, Description: description}
 	return key, k.Import(ctx, key.ID, key.Secret, description, grants)
 }
 

@@ -59,6 +59,14 @@ func parsePayloadMode(v string) (PayloadMode, [32]byte, *Error) {
 		"x-amz-content-sha256", v)
 }
 
+// newAuth completes a verified request's Auth with its body-related headers.
+func newAuth(a Auth, h *headerScan) (*Auth, error) {
+	if e := a.setBodyInfo(h); e != nil {
+		return nil, e
+	}
+	return &a, nil
+}
+
 // setBodyInfo records the body-related headers, rejecting malformed ones
 // now so the client is refused before it sends its body.
 func (a *Auth) setBodyInfo(h *headerScan) *Error {

@@ -206,7 +206,7 @@ func (v *Verifier) verifyHeader(r *Request, h *headerScan) (*Auth, error) {
 	if err != nil {
 		return nil, err
 	}
-	a := &Auth{
+	return newAuth(Auth{
 		AccessKeyID: cred.akid,
 		Payload:     mode,
 		Region:      cred.region,
@@ -216,9 +216,5 @@ func (v *Verifier) verifyHeader(r *Request, h *headerScan) (*Auth, error) {
 		seed:        sig,
 		amzDate:     amzDate,
 		scope:       cred.scope,
-	}
-	if e := a.setBodyInfo(h); e != nil {
-		return nil, e
-	}
-	return a, nil
+	}, h)
 }

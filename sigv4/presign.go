@@ -156,7 +156,7 @@ func (v *Verifier) verifyPresigned(r *Request, h *headerScan) (*Auth, error) {
 	if err != nil {
 		return nil, err
 	}
-	a := &Auth{
+	return newAuth(Auth{
 		AccessKeyID: cred.akid,
 		Presigned:   true,
 		Payload:     mode,
@@ -167,9 +167,5 @@ func (v *Verifier) verifyPresigned(r *Request, h *headerScan) (*Auth, error) {
 		seed:        sig,
 		amzDate:     p.date,
 		scope:       cred.scope,
-	}
-	if e := a.setBodyInfo(h); e != nil {
-		return nil, e
-	}
-	return a, nil
+	}, h)
 }

@@ -75,10 +75,8 @@ func loadDevState(path string) (*devState, error) {
 	}
 	if st.ServerKey == "" {
 		st.ServerKey = meta.NewServerKey()
-		st.StoreAccess = "FGSTORE" + randomUpper(13)
-		st.StoreSecret = meta.NewServerKey()[:40]
-		st.AccessKey = "FGDEV" + randomUpper(15)
-		st.SecretKey = meta.NewServerKey()[:40]
+		st.StoreAccess, st.StoreSecret = meta.NewKeyPair("FGSTORE")
+		st.AccessKey, st.SecretKey = meta.NewKeyPair("FGDEV")
 	}
 	st.GatewayPort = portOr(st.GatewayPort, 9000)
 	st.AdminPort = portOr(st.AdminPort, 9001)
@@ -91,16 +89,6 @@ func loadDevState(path string) (*devState, error) {
 		}
 	}
 	return st, nil
-}
-
-func randomUpper(n int) string {
-	const alphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZ234567"
-	h := meta.NewServerKey()
-	out := make([]byte, n)
-	for i := range out {
-		out[i] = alphabet[int(h[i])%len(alphabet)]
-	}
-	return string(out)
 }
 
 // portOr keeps a remembered port while it is free, else tries preferred, else
@@ -302,7 +290,7 @@ func devExec(ctx context.Context, args []string) error {
 		return err
 	}
 	defer pg.Stop()
-	access, secret := "FGTEST"+randomUpper(14), meta.NewServerKey()[:40]
+	access, secret := meta.NewKeyPair("FGTEST")
 	sw, err := stack.StartSeaweed(ctx, weed, filepath.Join(tmp, "seaweedfs"), stack.SeaweedPorts{}, access, secret)
 	if err != nil {
 		return err

@@ -97,7 +97,7 @@ func DatabaseURL(t testing.TB) string {
 		admin = pg.URL("postgres")
 	}
 	exe, _ := os.Executable()
-	name := "test_" + nonIdent.ReplaceAllString(strings.ToLower(strings.TrimSuffix(filepath.Base(exe), ".test")), "_") + "_" + randHex(4)
+	name := "test_" + nonIdent.ReplaceAllString(strings.ToLower(strings.TrimSuffix(filepath.Base(exe), ".test")), "_") + "_" + RandomHex(4)
 	url, err := stack.CreateDatabase(ctx, admin, name)
 	if err != nil {
 		t.Fatalf("create test database: %v", err)
@@ -128,7 +128,7 @@ func Store(t testing.TB) stack.Endpoint {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, err := stack.StartSeaweed(ctx, bin, filepath.Join(d, "seaweedfs"), stack.SeaweedPorts{}, "FGTEST"+strings.ToUpper(randHex(7)), randHex(20))
+	s, err := stack.StartSeaweed(ctx, bin, filepath.Join(d, "seaweedfs"), stack.SeaweedPorts{}, "FGTEST"+strings.ToUpper(RandomHex(7)), RandomHex(20))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -144,10 +144,11 @@ func Bucket(t testing.TB) string {
 	if len(name) > 40 {
 		name = name[:40]
 	}
-	return fmt.Sprintf("t-%s-%s", strings.Trim(name, "-"), randHex(4))
+	return fmt.Sprintf("t-%s-%s", strings.Trim(name, "-"), RandomHex(4))
 }
 
-func randHex(n int) string {
+// RandomHex is 2n random hex digits, for names unique across a run.
+func RandomHex(n int) string {
 	b := make([]byte, n)
 	_, _ = rand.Read(b)
 	return hex.EncodeToString(b)
