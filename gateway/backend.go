@@ -3,6 +3,8 @@ package gateway
 import (
 	"context"
 	"crypto/tls"
+	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"net/url"
@@ -92,6 +94,25 @@ func (b *backend) newRequest(ctx context.Context, method, bucket, key, rawQuery 
 	req.URL.Opaque = string(path)
 	req.URL.RawQuery = rawQuery
 	return req, nil
+}
+
+// ping asks the store for its bucket list with the backend credentials: it
+// answers, and it accepts them.
+func (b *backend) ping(ctx context.Context) error {
+	req, err := b.newRequest(ctx, http.MethodGet, "", "", "")
+	if err != nil {
+		return err
+	}
+	resp, err := b.send(req, emptySHA256)
+	if err != nil {
+		return err
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("the store answered %s", resp.Status)
+	}
+	return nil
 }
 
 // send signs req with payloadHash and sends it once.

@@ -67,7 +67,7 @@ func (s *Server) Probe(ctx context.Context, bucket string) (ProbeResult, error) 
 	add := func(name string, ok bool, note string) { res.Checks = append(res.Checks, ProbeCheck{name, ok, note}) }
 
 	base := p.prefix + "base"
-	etag, err := p.put(ctx, base, []byte("probe"), nil)
+	etag, err := p.put(ctx, base, []byte("probe"))
 	if err != nil {
 		return res, err
 	}
@@ -79,7 +79,7 @@ func (s *Server) Probe(ctx context.Context, bucket string) (ProbeResult, error) 
 	add("PUT If-Match on an absent key", st == 412 || st == 404, statusNote(st))
 
 	dest := p.prefix + "copy-dest"
-	if _, err := p.put(ctx, dest, []byte("destination"), nil); err != nil {
+	if _, err := p.put(ctx, dest, []byte("destination")); err != nil {
 		return res, err
 	}
 	copyHeaders := map[string]string{"If-None-Match": "*", "X-Amz-Copy-Source": "/" + bucket + "/" + base}
@@ -126,13 +126,21 @@ func (p *prober) ensureBucket(ctx context.Context) error {
 	return nil
 }
 
-// status sends one request and returns its status (and body).
-func (p *prober) status(ctx context.Context, method, key string, body []byte, h map[string]string, query string) (int, []byte) {
+// answer is what the store said to one probe request.
+type answer struct {
+	status int
+	header http.Header
+	body   []byte
+}
+
+// exchange sends one request and reads the store's answer. A 200 carrying an
+// error document counts as a 500.
+func (p *prober) exchange(ctx context.Context, method, key, query string, h map[string]string, body []byte) (answer, error) {
 	ctx, cancel := context.WithTimeout(ctx, probeRequestTimeout)
 	defer cancel()
 	req, err := p.s.backend.newRequest(ctx, method, p.bucket, key, query)
 	if err != nil {
-		return 0, nil
+		return answer{}, err
 	}
 	for k, v := range h {
 		req.Header.Set(k, v)
@@ -144,38 +152,35 @@ func (p *prober) status(ctx context.Context, method, key string, body []byte, h 
 	}
 	resp, err := p.s.backend.send(req, u.payloadHash)
 	if err != nil {
-		return 0, nil
+		return answer{}, err
 	}
 	b, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
 	resp.Body.Close()
-	if resp.StatusCode == 200 && bytes.Contains(b, []byte("<Error>")) {
-		return 500, b
+	a := answer{status: resp.StatusCode, header: resp.Header, body: b}
+	if a.status == 200 && bytes.Contains(b, []byte("<Error>")) {
+		a.status = 500
 	}
-	return resp.StatusCode, b
+	return a, nil
 }
 
-func (p *prober) put(ctx context.Context, key string, body []byte, h map[string]string) (string, error) {
-	ctx, cancel := context.WithTimeout(ctx, probeRequestTimeout)
-	defer cancel()
-	req, err := p.s.backend.newRequest(ctx, http.MethodPut, p.bucket, key, "")
+// status is exchange's status and body; 0 when the store did not answer.
+func (p *prober) status(ctx context.Context, method, key string, body []byte, h map[string]string, query string) (int, []byte) {
+	a, err := p.exchange(ctx, method, key, query, h, body)
+	if err != nil {
+		return 0, nil
+	}
+	return a.status, a.body
+}
+
+func (p *prober) put(ctx context.Context, key string, body []byte) (string, error) {
+	a, err := p.exchange(ctx, http.MethodPut, key, "", nil, body)
 	if err != nil {
 		return "", err
 	}
-	for k, v := range h {
-		req.Header.Set(k, v)
+	if a.status != 200 {
+		return "", fmt.Errorf("probe PUT answered %d", a.status)
 	}
-	u := &upstream{req: req, cancel: cancel}
-	u.setBody(body)
-	p.written = append(p.written, key)
-	resp, err := p.s.backend.send(req, u.payloadHash)
-	if err != nil {
-		return "", err
-	}
-	resp.Body.Close()
-	if resp.StatusCode != 200 {
-		return "", fmt.Errorf("probe PUT answered %s", resp.Status)
-	}
-	return trimETag(resp.Header.Get("ETag")), nil
+	return trimETag(a.header.Get("ETag")), nil
 }
 
 func (p *prober) completeFenced(ctx context.Context, key string) (bool, string) {
@@ -185,22 +190,11 @@ func (p *prober) completeFenced(ctx context.Context, key string) (bool, string) 
 		return false, "could not start a multipart upload: " + statusNote(st)
 	}
 	p.uploads = append(p.uploads, [2]string{key, uploadID})
-	q := "partNumber=1&uploadId=" + uploadID
-	ctx2, cancel := context.WithTimeout(ctx, probeRequestTimeout)
-	defer cancel()
-	req, err := p.s.backend.newRequest(ctx2, http.MethodPut, p.bucket, key, q)
+	part, err := p.exchange(ctx, http.MethodPut, key, "partNumber=1&uploadId="+uploadID, nil, []byte("part"))
 	if err != nil {
 		return false, err.Error()
 	}
-	u := &upstream{req: req, cancel: cancel}
-	u.setBody([]byte("part"))
-	resp, err := p.s.backend.send(req, u.payloadHash)
-	if err != nil {
-		return false, err.Error()
-	}
-	resp.Body.Close()
-	partETag := resp.Header.Get("ETag")
-	doc := []byte("<CompleteMultipartUpload><Part><PartNumber>1</PartNumber><ETag>" + partETag + "</ETag></Part></CompleteMultipartUpload>")
+	doc := []byte("<CompleteMultipartUpload><Part><PartNumber>1</PartNumber><ETag>" + part.header.Get("ETag") + "</ETag></Part></CompleteMultipartUpload>")
 	st, _ = p.status(ctx, http.MethodPost, key, doc, map[string]string{"If-None-Match": "*"}, "uploadId="+uploadID)
 	return st == 412, statusNote(st)
 }

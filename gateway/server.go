@@ -42,7 +42,8 @@ type Config struct {
 	Backend         Backend
 }
 
-// Check is one named readiness probe (PostgreSQL reachable, store reachable).
+// Check is one named readiness probe (PostgreSQL reachable). The gateway adds
+// its own for the store.
 type Check struct {
 	Name string
 	Run  func(ctx context.Context) error
@@ -105,6 +106,7 @@ func New(ctx context.Context, cfg Config, deps Deps) (*Server, error) {
 		return nil, fmt.Errorf("backend: %w", err)
 	}
 	s.store = storeView{b: s.backend}
+	s.deps.Readiness = append(s.deps.Readiness, Check{Name: "store", Run: s.backend.ping})
 	s.leases = deps.Leases
 	if s.leases != nil {
 		if deps.Tracker == nil {

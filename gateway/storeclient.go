@@ -1,8 +1,8 @@
 package gateway
 
 import (
-	"bytes"
 	"context"
+	"encoding/xml"
 	"fmt"
 	"io"
 	"net/http"
@@ -51,33 +51,26 @@ func (c *StoreClient) ListKeys(ctx context.Context, bucket string, fn func(keys 
 		if resp.StatusCode != http.StatusOK {
 			return fmt.Errorf("list %s: %s: %s", bucket, resp.Status, xmlElement(body, "Message"))
 		}
-		var keys []string
-		rest := body
-		for {
-			k := xmlElement(rest, "Key")
-			i := indexAfter(rest, "</Key>")
-			if k == "" && i < 0 {
-				break
+		var page struct {
+			Contents []struct {
+				Key string
 			}
-			keys = append(keys, k)
-			if i < 0 {
-				break
-			}
-			rest = rest[i:]
+			IsTruncated           bool
+			NextContinuationToken string
+		}
+		if err := xml.Unmarshal(body, &page); err != nil {
+			return fmt.Errorf("list %s: %w", bucket, err)
+		}
+		keys := make([]string, len(page.Contents))
+		for i, c := range page.Contents {
+			keys[i] = c.Key
 		}
 		if err := fn(keys); err != nil {
 			return err
 		}
-		if xmlElement(body, "IsTruncated") != "true" {
+		if !page.IsTruncated {
 			return nil
 		}
-		token = xmlElement(body, "NextContinuationToken")
+		token = page.NextContinuationToken
 	}
-}
-
-func indexAfter(b []byte, s string) int {
-	if i := bytes.Index(b, []byte(s)); i >= 0 {
-		return i + len(s)
-	}
-	return -1
 }

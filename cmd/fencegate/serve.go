@@ -5,14 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net/http"
 	"os"
 	"strings"
 	"time"
-
-	"github.com/aws/aws-sdk-go-v2/aws"
-	"github.com/aws/aws-sdk-go-v2/credentials"
-	"github.com/aws/aws-sdk-go-v2/service/s3"
 
 	"github.com/fencegate/fencegate/gateway"
 	"github.com/fencegate/fencegate/internal/wiring"
@@ -138,7 +133,6 @@ func runServe(ctx context.Context, cfg serveConfig, started func(s3Addr, adminAd
 	if err := checkSchema(ctx, pool); err != nil {
 		return err
 	}
-	store := backendClient(cfg)
 	gcfg := cfg.Config
 	gcfg.Region = cfg.Region
 	gcfg.Backend = gateway.Backend{Endpoint: cfg.BackendURL, AccessKey: cfg.BackendKey, SecretKey: cfg.BackendSecret, Region: cfg.BackendRegion}
@@ -158,10 +152,6 @@ func runServe(ctx context.Context, cfg serveConfig, started func(s3Addr, adminAd
 		Keys:    wiring.KeySource{Keys: &meta.Keys{Pool: pool, Sealer: sealer}},
 		Readiness: []gateway.Check{
 			{Name: "postgres", Run: func(ctx context.Context) error { return pool.Ping(ctx) }},
-			{Name: "store", Run: func(ctx context.Context) error {
-				_, err := store.ListBuckets(ctx, &s3.ListBucketsInput{})
-				return err
-			}},
 		},
 	})
 	if err != nil {
@@ -193,19 +183,6 @@ func checkSchema(ctx context.Context, pool interface {
 		return errors.New("the database schema is not up to date: run `fencegate migrate` (or serve with --migrate)")
 	}
 	return nil
-}
-
-// backendClient is the gateway's own client for the store, used for readiness.
-func backendClient(cfg serveConfig) *s3.Client {
-	return s3.NewFromConfig(aws.Config{
-		Region:      cfg.BackendRegion,
-		Credentials: credentials.NewStaticCredentialsProvider(cfg.BackendKey, cfg.BackendSecret, ""),
-		HTTPClient:  &http.Client{Timeout: 10 * time.Second},
-	}, func(o *s3.Options) {
-		o.BaseEndpoint = aws.String(cfg.BackendURL)
-		o.UsePathStyle = true
-		o.RetryMaxAttempts = 1
-	})
 }
 
 // probeStore proves the store's conditional writes and truncation handling
