@@ -24,7 +24,7 @@ func TestDevRunComesUpAndStopsClean(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a whole stack")
 	}
-	bin := buildFencegate(t)
+	bin := fencegateBinary(t)
 	dir := sharedTempDir(t)
 	cmd := exec.Command(bin, "dev", "run", "--dir", dir)
 	var out bytes.Buffer
@@ -118,22 +118,6 @@ func processesMentioning(dir string) []string {
 		}
 	}
 	return found
-}
-
-func buildFencegate(t *testing.T) string {
-	t.Helper()
-	return buildFencegateInto(t, filepath.Join(t.TempDir(), "fencegate"))
-}
-
-func buildFencegateInto(t *testing.T, bin string) string {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, "go", "build", "-o", bin, "github.com/fencegate/fencegate/cmd/fencegate")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("build fencegate: %v\n%s", err, out)
-	}
-	return bin
 }
 
 // sharedTempDir is a temporary folder other users can enter: as root, the

@@ -8,7 +8,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
-	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -45,7 +44,13 @@ func fencegateBinary(t *testing.T) string {
 			t.Fatal(err)
 		}
 		testenv.AtExit(func() { os.RemoveAll(dir) })
-		binPath = buildFencegateInto(t, filepath.Join(dir, "fencegate"))
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+		defer cancel()
+		bin := filepath.Join(dir, "fencegate")
+		if err := stack.BuildFencegate(ctx, bin); err != nil {
+			t.Fatal(err)
+		}
+		binPath = bin
 	})
 	if binPath == "" {
 		t.Fatal("fencegate binary was not built")
@@ -125,16 +130,9 @@ func (g *gatewayProcess) stop() {
 // rssKiB reads a /proc/PID/status field (VmRSS, VmHWM) in KiB.
 func (g *gatewayProcess) rssKiB(t *testing.T, field string) int64 {
 	t.Helper()
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", g.cmd.Process.Pid))
+	n, err := stack.ProcStatusKiB(g.cmd.Process.Pid, field)
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, line := range strings.Split(string(b), "\n") {
-		if strings.HasPrefix(line, field+":") {
-			n, _ := strconv.ParseInt(strings.Fields(line)[1], 10, 64)
-			return n
-		}
-	}
-	t.Fatalf("no %s in /proc status", field)
-	return 0
+	return n
 }

@@ -17,6 +17,8 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	v4 "github.com/aws/aws-sdk-go-v2/aws/signer/v4"
+
+	"github.com/fencegate/fencegate/internal/stack"
 )
 
 const (
@@ -331,7 +333,7 @@ type streamResult struct {
 // before any other load, so the peak is the streaming's own.
 func streamRSS(ctx context.Context, t target, pid int, size int64, payload []byte) ([]streamResult, error) {
 	cl := newS3c(t)
-	idle, err := statusKiB(pid, "VmRSS")
+	idle, err := stack.ProcStatusKiB(pid, "VmRSS")
 	if err != nil {
 		return nil, err
 	}
@@ -349,10 +351,10 @@ func streamRSS(ctx context.Context, t target, pid int, size int64, payload []byt
 			return nil, err
 		}
 		r := streamResult{op: op, size: size, secs: time.Since(t0).Seconds(), idleKiB: idle, cpuSecs: groupCPU(t.pgid) - cpu0}
-		if r.hwmKiB, err = statusKiB(pid, "VmHWM"); err != nil {
+		if r.hwmKiB, err = stack.ProcStatusKiB(pid, "VmHWM"); err != nil {
 			return nil, err
 		}
-		r.rssAfterKiB, _ = statusKiB(pid, "VmRSS")
+		r.rssAfterKiB, _ = stack.ProcStatusKiB(pid, "VmRSS")
 		out = append(out, r)
 	}
 	return out, nil

@@ -87,7 +87,7 @@ func startStack(ctx context.Context, s *benchStack, prebuilt, logLevel string) e
 		if prebuilt != "" {
 			fgBin = prebuilt
 		} else {
-			buildErr = buildFencegate(ctx, fgBin)
+			buildErr = stack.BuildFencegate(ctx, fgBin)
 		}
 	}()
 	go func() {
@@ -180,33 +180,6 @@ func (s *benchStack) ownCPU() float64 {
 		t += groupCPU(s.fg.pid())
 	}
 	return t
-}
-
-// moduleRoot is the folder holding go.mod, so the build works from any folder.
-func moduleRoot(ctx context.Context) (string, error) {
-	out, err := exec.CommandContext(ctx, "go", "env", "GOMOD").Output()
-	if err != nil {
-		return "", err
-	}
-	gomod := strings.TrimSpace(string(out))
-	if gomod == "" || gomod == os.DevNull {
-		return "", errors.New("run fencebench from inside the fencegate module")
-	}
-	return filepath.Dir(gomod), nil
-}
-
-func buildFencegate(ctx context.Context, out string) error {
-	root, err := moduleRoot(ctx)
-	if err != nil {
-		return err
-	}
-	cmd := exec.CommandContext(ctx, "go", "build", "-o", out, "./cmd/fencegate")
-	cmd.Dir = root
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if b, err := cmd.CombinedOutput(); err != nil {
-		return fmt.Errorf("go build ./cmd/fencegate: %v\n%s", err, b)
-	}
-	return nil
 }
 
 // fencegateProc is `fencegate serve` as a child process in its own group.
@@ -409,23 +382,6 @@ func groupCPU(pgid int) float64 {
 		}
 	}
 	return float64(t) / clockTick
-}
-
-// statusKiB reads a /proc/PID/status field such as VmRSS or VmHWM.
-func statusKiB(pid int, field string) (int64, error) {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
-	if err != nil {
-		return 0, err
-	}
-	for _, line := range strings.Split(string(b), "\n") {
-		if v, ok := strings.CutPrefix(line, field+":"); ok {
-			fs := strings.Fields(v)
-			if len(fs) > 0 {
-				return strconv.ParseInt(fs[0], 10, 64)
-			}
-		}
-	}
-	return 0, fmt.Errorf("no %s in /proc/%d/status", field, pid)
 }
 
 // vacuum asks SeaweedFS to compact overwritten objects between rounds, so
