@@ -56,6 +56,19 @@ func appendEscaped(dst []byte, c byte) []byte {
 // paths. A '%' not followed by two hex digits is taken literally (as S3's
 // lenient decoder does) and so becomes %25. plusIsSpace applies the query
 // string convention that '+' means a space.
+// unescapeAt decodes the %XX escape at s[i], returning the byte and the index
+// of its last character; a '%' not followed by two hex digits stands for itself.
+func unescapeAt(s string, i int) (byte, int) {
+	if i+2 < len(s) {
+		if hi, ok := unhex(s[i+1]); ok {
+			if lo, ok := unhex(s[i+2]); ok {
+				return hi<<4 | lo, i + 2
+			}
+		}
+	}
+	return '%', i
+}
+
 func appendNormalized(dst []byte, s string, plusIsSpace, keepSlash bool) []byte {
 	for i := 0; i < len(s); i++ {
 		c := s[i]
@@ -65,13 +78,8 @@ func appendNormalized(dst []byte, s string, plusIsSpace, keepSlash bool) []byte 
 			continue
 		case c == '+' && plusIsSpace:
 			c = ' '
-		case c == '%' && i+2 < len(s):
-			if hi, ok := unhex(s[i+1]); ok {
-				if lo, ok := unhex(s[i+2]); ok {
-					c = hi<<4 | lo
-					i += 2
-				}
-			}
+		case c == '%':
+			c, i = unescapeAt(s, i)
 		}
 		dst = appendEscaped(dst, c)
 	}
@@ -284,13 +292,8 @@ func queryUnescape(s string) string {
 		switch {
 		case c == '+':
 			c = ' '
-		case c == '%' && i+2 < len(s):
-			if hi, ok := unhex(s[i+1]); ok {
-				if lo, ok := unhex(s[i+2]); ok {
-					c = hi<<4 | lo
-					i += 2
-				}
-			}
+		case c == '%':
+			c, i = unescapeAt(s, i)
 		}
 		b = append(b, c)
 	}
