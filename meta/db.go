@@ -4,7 +4,6 @@ package meta
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
@@ -60,9 +59,4 @@ func Open(ctx context.Context, url string, pc PoolConfig) (*pgxpool.Pool, error)
 		return nil, fmt.Errorf("connect to PostgreSQL: %w", err)
 	}
 	return pool, nil
-}
-
-func isUniqueViolation(err error) bool {
-	var pe *pgconn.PgError
-	return errors.As(err, &pe) && pe.Code == "23505"
 }

@@ -65,15 +65,21 @@ func Migrate(ctx context.Context, pool *pgxpool.Pool) ([]int, error) {
 	if err != nil {
 		return nil, err
 	}
-	if _, err := pool.Exec(ctx, `CREATE TABLE IF NOT EXISTS schema_migrations (
+	// CREATE TABLE IF NOT EXISTS is not safe against itself: two sessions can
+	// both find the table missing and one then fails on the catalog's unique
+	// indexes (as a duplicate type or relation). Under the migration lock only
+	// one session creates it.
+	if err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, migrationLockKey); err != nil {
+			return err
+		}
+		_, err := tx.Exec(ctx, `CREATE TABLE IF NOT EXISTS schema_migrations (
 		version    integer PRIMARY KEY,
 		name       text NOT NULL,
-		applied_at timestamptz NOT NULL DEFAULT clock_timestamp())`); err != nil {
-		// Two processes racing to create the table: one loses on the catalog's
-		// unique index; the table exists either way.
-		if !isUniqueViolation(err) {
-			return nil, fmt.Errorf("create schema_migrations: %w", err)
-		}
+		applied_at timestamptz NOT NULL DEFAULT clock_timestamp())`)
+		return err
+	}); err != nil {
+		return nil, fmt.Errorf("create schema_migrations: %w", err)
 	}
 	var applied []int
 	for _, m := range ms {

@@ -2,6 +2,7 @@ package meta
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"testing"
 
@@ -11,10 +12,18 @@ import (
 
 // Gateways that start together all run Migrate at once: every step must be
 // applied exactly once, and every caller must come back with the full schema.
+// The race lies in a window of a few milliseconds (CREATE TABLE IF NOT EXISTS
+// is not safe against itself), so several fresh databases are raced on.
 func TestMigrateConcurrentAndIdempotent(t *testing.T) {
+	admin := testenv.DatabaseURL(t) // make sure a server exists, then use databases of our own
+	for round := range 8 {
+		migrateRace(t, admin, fmt.Sprintf("migrate_race_%d", round))
+	}
+}
+
+func migrateRace(t *testing.T, admin, name string) {
 	ctx := context.Background()
-	admin := testenv.DatabaseURL(t) // make sure a server exists, then use a database of our own
-	url, err := stack.CreateDatabase(ctx, admin, "migrate_race")
+	url, err := stack.CreateDatabase(ctx, admin, name)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -46,7 +55,7 @@ func TestMigrateConcurrentAndIdempotent(t *testing.T) {
 	total := 0
 	for i := range procs {
 		if errs[i] != nil {
-			t.Fatalf("process %d: %v", i, errs[i])
+			t.Fatalf("%s: process %d: %v", name, i, errs[i])
 		}
 		total += len(applied[i])
 	}
