@@ -18,6 +18,7 @@ type metrics struct {
 	bytesIn        *prometheus.CounterVec
 	bytesOut       *prometheus.CounterVec
 	upstreamErrors *prometheus.CounterVec
+	splicedBytes   prometheus.Counter
 }
 
 func newMetrics() *metrics {
@@ -42,7 +43,10 @@ func newMetrics() *metrics {
 	m.upstreamErrors = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "fencegate_upstream_errors_total", Help: "Requests the store did not answer (network errors, timeouts), by operation.",
 	}, []string{"op"})
-	reg.MustRegister(m.requests, m.latency, m.bytesIn, m.bytesOut, m.upstreamErrors)
+	m.splicedBytes = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "fencegate_spliced_body_bytes_total", Help: "Object bytes relayed from the store to clients by splice(2), never copied through the gateway's memory.",
+	})
+	reg.MustRegister(m.requests, m.latency, m.bytesIn, m.bytesOut, m.upstreamErrors, m.splicedBytes)
 	return m
 }
 

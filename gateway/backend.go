@@ -36,6 +36,7 @@ type backend struct {
 	region    string
 	signer    *v4.Signer
 	transport *http.Transport
+	conns     *storeConns // GET and HEAD to a plain-HTTP store (storeconn.go)
 }
 
 func newBackend(b Backend) (*backend, error) {
@@ -59,7 +60,7 @@ func newBackend(b Backend) (*backend, error) {
 		ReadBufferSize:     256 << 10,
 		TLSClientConfig:    &tls.Config{InsecureSkipVerify: b.InsecureTLS}, //nolint:gosec // opt-in, for test stores
 	}
-	return &backend{
+	b0 := &backend{
 		base:   u,
 		creds:  aws.Credentials{AccessKeyID: b.AccessKey, SecretAccessKey: b.SecretKey},
 		region: region,
@@ -68,7 +69,15 @@ func newBackend(b Backend) (*backend, error) {
 			o.DisableURIPathEscaping = true
 		}),
 		transport: tr,
-	}, nil
+	}
+	if u.Scheme == "http" {
+		host := u.Host
+		if u.Port() == "" {
+			host = net.JoinHostPort(u.Hostname(), "80")
+		}
+		b0.conns = newStoreConns(host)
+	}
+	return b0, nil
 }
 
 // newRequest builds a path-style request for bucket/key with the raw query q.
@@ -115,11 +124,15 @@ func (b *backend) ping(ctx context.Context) error {
 	return nil
 }
 
-// send signs req with payloadHash and sends it once.
+// send signs req with payloadHash and sends it once (a bodiless read may be
+// repeated on a fresh connection, see storeConns.roundTrip).
 func (b *backend) send(req *http.Request, payloadHash string) (*http.Response, error) {
 	req.Header.Set("X-Amz-Content-Sha256", payloadHash)
 	if err := b.signer.SignHTTP(req.Context(), b.creds, req, payloadHash, "s3", b.region, time.Now()); err != nil {
 		return nil, err
+	}
+	if b.conns != nil && (req.Method == http.MethodGet || req.Method == http.MethodHead) {
+		return b.conns.roundTrip(req)
 	}
 	return b.transport.RoundTrip(req)
 }

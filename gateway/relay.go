@@ -89,6 +89,7 @@ func (s *Server) relay(ctx *fasthttp.RequestCtx, r *request, resp *http.Response
 		rest, _ := io.ReadAll(resp.Body)
 		resp.Body.Close()
 		ctx.SetBody(append(peeked, rest...))
+	case s.trySplice(ctx, r, resp):
 	default:
 		r.out = &countingBody{rc: resp.Body, cancel: r.cancelUpstream}
 		ctx.SetBodyStream(r.out, int(resp.ContentLength))

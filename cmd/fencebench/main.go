@@ -18,7 +18,9 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"regexp"
 	"runtime"
+	"slices"
 	"syscall"
 	"time"
 )
@@ -33,6 +35,7 @@ type options struct {
 	logLevel   string
 	fgBin      string
 	perfDir    string
+	cells      string
 }
 
 func main() {
@@ -46,6 +49,7 @@ func main() {
 	flag.StringVar(&o.logLevel, "log-level", "info", "fencegate's log level (its default, info, logs one line per request)")
 	flag.StringVar(&o.fgBin, "fencegate", "", "use this fencegate binary instead of building ./cmd/fencegate from the checkout")
 	flag.StringVar(&o.perfDir, "perf", "", "instead of the benchmark: record perf(1) CPU profiles of fencegate under a few cells into this folder")
+	flag.StringVar(&o.cells, "cells", "", "measure only the cells whose name matches this regular expression (e.g. 'GET 64 MiB'), print their tables and write no files (no streaming check either)")
 	flag.Parse()
 	if o.duration == 0 {
 		o.duration = 2500 * time.Millisecond
@@ -137,6 +141,16 @@ func run(ctx context.Context, o options) (err error) {
 	payload := make([]byte, partSize)
 	_, _ = rand.Read(payload)
 	cells := workload(o.quick)
+	if o.cells != "" {
+		re, err := regexp.Compile(o.cells)
+		if err != nil {
+			return fmt.Errorf("-cells: %w", err)
+		}
+		cells = slices.DeleteFunc(cells, func(c cell) bool { return !re.MatchString(c.String()) })
+		if len(cells) == 0 {
+			return fmt.Errorf("-cells %q matches no cell", o.cells)
+		}
+	}
 	if err := seed(ctx, s.targets[0], cells, payload); err != nil {
 		return fmt.Errorf("seeding: %w", err)
 	}
@@ -146,13 +160,15 @@ func run(ctx context.Context, o options) (err error) {
 	}
 
 	// Memory first, while fencegate's peak RSS is still its idle one.
-	fmt.Fprintf(os.Stderr, "streaming %s PUT and GET through fencegate for its peak RSS ...\n", sizeLabel(o.streamSize))
-	streams, err := streamRSS(ctx, s.targets[1], s.fg.pid(), o.streamSize, payload)
-	if err != nil {
-		return fmt.Errorf("streaming: %w", err)
-	}
-	for _, r := range streams {
-		fmt.Fprintf(os.Stderr, "  %s %s: %.1f s, RSS idle %.1f MiB, peak %.1f MiB\n", r.op, sizeLabel(r.size), r.secs, kib(r.idleKiB), kib(r.hwmKiB))
+	var streams []streamResult
+	if o.cells == "" {
+		fmt.Fprintf(os.Stderr, "streaming %s PUT and GET through fencegate for its peak RSS ...\n", sizeLabel(o.streamSize))
+		if streams, err = streamRSS(ctx, s.targets[1], s.fg.pid(), o.streamSize, payload); err != nil {
+			return fmt.Errorf("streaming: %w", err)
+		}
+		for _, r := range streams {
+			fmt.Fprintf(os.Stderr, "  %s %s: %.1f s, RSS idle %.1f MiB, peak %.1f MiB\n", r.op, sizeLabel(r.size), r.secs, kib(r.idleKiB), kib(r.hwmKiB))
+		}
 	}
 
 	// Warm every target's connections and code paths (not recorded).
@@ -200,6 +216,10 @@ func run(ctx context.Context, o options) (err error) {
 	}
 	for _, r := range streams {
 		recs = append(recs, streamRecord(r))
+	}
+	if o.cells != "" {
+		printTables(os.Stdout, recs)
+		return nil
 	}
 	b, err := json.MarshalIndent(recs, "", "  ")
 	if err != nil {

@@ -1,0 +1,156 @@
+package gateway
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// GetObject answers travel over fencegate's own HTTP/1.1 connections to the
+// store rather than net/http's transport: a large body can then be spliced from
+// the store's socket to the client's in the kernel (splice.go), which
+// net/http's buffered body reader hides. Only plain-HTTP stores qualify; the
+// rest of the traffic keeps the transport.
+
+// storeConn is one keep-alive connection to the store.
+type storeConn struct {
+	c  *net.TCPConn
+	br *bufio.Reader
+	bw *bufio.Writer
+}
+
+// storeConns pools idle connections to one store address.
+type storeConns struct {
+	addr   string
+	dialer net.Dialer
+	mu     sync.Mutex
+	idle   []*storeConn
+}
+
+const maxIdleStoreConns = 512
+
+func newStoreConns(addr string) *storeConns {
+	return &storeConns{addr: addr, dialer: net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second}}
+}
+
+func (p *storeConns) get(ctx context.Context) (sc *storeConn, reused bool, err error) {
+	p.mu.Lock()
+	if n := len(p.idle); n > 0 {
+		sc = p.idle[n-1]
+		p.idle = p.idle[:n-1]
+		p.mu.Unlock()
+		return sc, true, nil
+	}
+	p.mu.Unlock()
+	c, err := p.dialer.DialContext(ctx, "tcp", p.addr)
+	if err != nil {
+		return nil, false, err
+	}
+	tc := c.(*net.TCPConn)
+	return &storeConn{c: tc, br: bufio.NewReaderSize(tc, 64<<10), bw: bufio.NewWriterSize(tc, 4<<10)}, false, nil
+}
+
+func (p *storeConns) put(sc *storeConn) {
+	_ = sc.c.SetDeadline(time.Time{})
+	p.mu.Lock()
+	if len(p.idle) < maxIdleStoreConns {
+		p.idle = append(p.idle, sc)
+		sc = nil
+	}
+	p.mu.Unlock()
+	if sc != nil {
+		sc.c.Close()
+	}
+}
+
+// roundTrip sends a signed, bodiless request and reads the answer's header.
+// The body is the returned storeBody's. A pooled connection the store has
+// closed meanwhile is retried once on a new one, as net/http does: only GET
+// and HEAD come this way, and repeating them is safe (W4 is about writes).
+func (p *storeConns) roundTrip(req *http.Request) (*http.Response, error) {
+	if req.Body != nil && req.Body != http.NoBody {
+		return nil, errors.New("storeConns carries bodiless requests only")
+	}
+	for attempt := 0; ; attempt++ {
+		sc, reused, err := p.get(req.Context())
+		if err != nil {
+			return nil, err
+		}
+		resp, err := sc.exchange(req)
+		if err == nil {
+			b := &storeBody{sc: sc, pool: p, resp: resp, body: resp.Body}
+			if resp.Body == http.NoBody {
+				b.err = io.EOF // HEAD, 204, 304, an empty object: nothing to read
+			}
+			b.stop = context.AfterFunc(req.Context(), func() { _ = sc.c.SetDeadline(time.Unix(1, 0)) })
+			resp.Body = b
+			return resp, nil
+		}
+		sc.c.Close()
+		if !reused || attempt > 0 || !staleConnError(err) || req.Context().Err() != nil {
+			return nil, err
+		}
+	}
+}
+
+func (sc *storeConn) exchange(req *http.Request) (*http.Response, error) {
+	if err := req.Write(sc.bw); err != nil {
+		return nil, err
+	}
+	if err := sc.bw.Flush(); err != nil {
+		return nil, err
+	}
+	return http.ReadResponse(sc.br, req)
+}
+
+// staleConnError is how a keep-alive connection the store closed while idle
+// fails its next exchange.
+func staleConnError(err error) bool {
+	return errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
+		errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE)
+}
+
+// storeBody is an answer's body on a storeConn. Read through to its end, the
+// connection goes back to the pool; closed early, it is closed.
+type storeBody struct {
+	sc   *storeConn
+	pool *storeConns
+	resp *http.Response
+	body io.ReadCloser // as http.ReadResponse framed it
+	stop func() bool
+	err  error // set once the body is over (io.EOF when complete)
+}
+
+func (b *storeBody) Read(p []byte) (int, error) {
+	if b.err != nil {
+		return 0, b.err
+	}
+	n, err := b.body.Read(p)
+	if err != nil {
+		b.err = err
+	}
+	return n, err
+}
+
+// Close returns the connection when the body was read through and the store
+// keeps it alive; the context's watcher must be stopped first, or it could
+// later poison a pooled connection's deadline.
+func (b *storeBody) Close() error {
+	if b.sc == nil {
+		return nil
+	}
+	sc := b.sc
+	b.sc = nil
+	stopped := b.stop()
+	if stopped && b.err == io.EOF && !b.resp.Close {
+		b.pool.put(sc)
+		return nil
+	}
+	return sc.c.Close()
+}
