@@ -1,7 +1,6 @@
 package gateway
 
 import (
-	"context"
 	"net"
 	"sync"
 	"time"
@@ -50,18 +49,6 @@ func (f *inflight) done(id uint64) {
 	if _, ok := f.items[id]; ok {
 		delete(f.items, id)
 		f.wg.Done()
-	}
-}
-
-// wait returns when nothing is in flight, or ctx's error when it ends first.
-func (f *inflight) wait(ctx context.Context) error {
-	done := make(chan struct{})
-	go func() { f.wg.Wait(); close(done) }()
-	select {
-	case <-done:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
 	}
 }
 

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/valyala/fasthttp"
 )
 
@@ -89,9 +90,11 @@ func (s *Server) relay(ctx *fasthttp.RequestCtx, r *request, resp *http.Response
 		rest, _ := io.ReadAll(resp.Body)
 		resp.Body.Close()
 		ctx.SetBody(append(peeked, rest...))
-	case s.trySplice(ctx, r, resp):
 	default:
 		r.out = &countingBody{rc: resp.Body, cancel: r.cancelUpstream}
+		if spliceable(ctx, resp) {
+			r.out.spliced = s.metrics.splicedBytes
+		}
 		ctx.SetBodyStream(r.out, int(resp.ContentLength))
 	}
 	return nil
@@ -104,6 +107,7 @@ type countingBody struct {
 	n       int64
 	cancel  func()
 	onClose func(n int64)
+	spliced prometheus.Counter // non-nil: rc is a storeBody to splice (splice.go)
 }
 
 func (c *countingBody) Read(p []byte) (int, error) {
@@ -118,6 +122,11 @@ var relayBuffers = sync.Pool{New: func() any { b := make([]byte, 256<<10); retur
 
 // WriteTo is what fasthttp uses to copy a streamed body to the client.
 func (c *countingBody) WriteTo(w io.Writer) (int64, error) {
+	if rf, ok := w.(io.ReaderFrom); ok && c.spliced != nil {
+		n0 := c.n
+		err := c.rc.(*storeBody).spliceTo(w, rf, &c.n, c.spliced)
+		return c.n - n0, err
+	}
 	bp := relayBuffers.Get().(*[]byte)
 	defer relayBuffers.Put(bp)
 	buf := *bp

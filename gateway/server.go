@@ -12,7 +12,6 @@ import (
 	"net"
 	"net/http"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -77,7 +76,6 @@ type Server struct {
 	store    storeView
 	leases   *lease.Manager
 	inflight inflight
-	closing  atomic.Bool // set when shutdown begins: spliced relays then close their connections
 	wg       sync.WaitGroup
 	errc     chan error
 }
@@ -148,8 +146,6 @@ func New(ctx context.Context, cfg Config, deps Deps) (*Server, error) {
 		ReadBufferSize:     16 << 10,
 		IdleTimeout:        2 * time.Minute,
 		CloseOnShutdown:    true,
-		// splice.go takes connections over and hands them back with ServeConn.
-		KeepHijackedConns: true,
 	}
 	if cfg.AdminListen != "" {
 		aln, err := net.Listen("tcp", cfg.AdminListen)
@@ -209,13 +205,7 @@ func (s *Server) Serve(ctx context.Context) error {
 func (s *Server) shutdown() {
 	sctx, cancel := context.WithTimeout(context.Background(), s.cfg.ShutdownGrace)
 	defer cancel()
-	s.closing.Store(true)
-	err := s.s3.ShutdownWithContext(sctx)
-	if err == nil {
-		// Spliced relays run on connections fasthttp no longer counts.
-		err = s.inflight.wait(sctx)
-	}
-	if err != nil {
+	if err := s.s3.ShutdownWithContext(sctx); err != nil {
 		ended := s.inflight.cut(10 * time.Second)
 		s.deps.Log.Warn("shutdown grace ended with requests in flight: they were cut, their writes recorded and their leases released",
 			"err", err, "all_ended", ended)

@@ -53,7 +53,8 @@ func (p *storeConns) get(ctx context.Context) (sc *storeConn, reused bool, err e
 		return nil, false, err
 	}
 	tc := c.(*net.TCPConn)
-	return &storeConn{c: tc, br: bufio.NewReaderSize(tc, 64<<10), bw: bufio.NewWriterSize(tc, 4<<10)}, false, nil
+	// A small read buffer: what it holds of a body is copied, the rest spliced.
+	return &storeConn{c: tc, br: bufio.NewReaderSize(tc, 4<<10), bw: bufio.NewWriterSize(tc, 4<<10)}, false, nil
 }
 
 func (p *storeConns) put(sc *storeConn) {
