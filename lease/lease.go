@@ -63,7 +63,8 @@ func (c Config) Validate() error {
 
 // Driver is the SQL the protocol needs (meta.Catalog implements it).
 type Driver interface {
-	Acquire(ctx context.Context, p meta.AcquireParams) (bool, error)
+	// Acquire also returns the key's state, read under the new lease.
+	Acquire(ctx context.Context, p meta.AcquireParams) (bool, *meta.KeyState, error)
 	Renew(ctx context.Context, bucket, key, holder string, ttl time.Duration) (bool, error)
 	Release(ctx context.Context, bucket, key, holder, state, reason string) error
 	KeyState(ctx context.Context, bucket, key string) (meta.KeyState, error)
@@ -152,7 +153,7 @@ func (m *Manager) Acquire(ctx context.Context, req Request) (*Lease, error) {
 	for {
 		sent := time.Now()
 		dctx, cancel := m.dbctx(ctx)
-		ok, err := m.db.Acquire(dctx, p)
+		ok, ks, err := m.db.Acquire(dctx, p)
 		cancel()
 		if err != nil {
 			return nil, err
@@ -163,6 +164,7 @@ func (m *Manager) Acquire(ctx context.Context, req Request) (*Lease, error) {
 				m.Metrics.Waited.Inc()
 			}
 			l := m.newLease(req, id, sent)
+			l.acquiredState = ks
 			if m.Hooks.Acquired != nil {
 				m.Hooks.Acquired(req.Bucket, req.Key, id)
 			}
@@ -198,6 +200,9 @@ type Lease struct {
 	AttemptID   string
 	Op          string
 	req         Request
+	// acquiredState is the key's state read with the lease, for the first
+	// Settle; later ones read it again.
+	acquiredState *meta.KeyState
 
 	lost     chan struct{}
 	lostOnce sync.Once

@@ -45,11 +45,17 @@ type Fence struct {
 // the write that follows.
 func (l *Lease) Settle(ctx context.Context, store Store) (Fence, error) {
 	m := l.m
-	dctx, cancel := m.dbctx(ctx)
-	ks, err := m.db.KeyState(dctx, l.Bucket, l.Key)
-	cancel()
-	if err != nil {
-		return Fence{}, err
+	var ks meta.KeyState
+	if l.acquiredState != nil {
+		ks, l.acquiredState = *l.acquiredState, nil
+	} else {
+		dctx, cancel := m.dbctx(ctx)
+		var err error
+		ks, err = m.db.KeyState(dctx, l.Bucket, l.Key)
+		cancel()
+		if err != nil {
+			return Fence{}, err
+		}
 	}
 	var unresolved []meta.Attempt
 	for _, a := range ks.Unresolved {
@@ -82,7 +88,7 @@ func (l *Lease) Settle(ctx context.Context, store Store) (Fence, error) {
 	if err := l.record(ctx, e, unresolved, obj); err != nil {
 		return Fence{}, err
 	}
-	dctx, cancel = m.dbctx(ctx)
+	dctx, cancel := m.dbctx(ctx)
 	defer cancel()
 	if err := m.db.MarkDeadUnknown(dctx, l.Bucket, l.Key); err != nil {
 		return Fence{}, err

@@ -95,7 +95,7 @@ type AcquireParams struct {
 // records the attempt as leased, in one transaction (W1, W2). A previous holder
 // whose lease expired becomes unknown: it may have landed. It reports false
 // (and commits nothing) while another holder's lease is live.
-func (c *Catalog) Acquire(ctx context.Context, p AcquireParams) (bool, error) {
+func (c *Catalog) Acquire(ctx context.Context, p AcquireParams) (bool, *KeyState, error) {
 	mode := "new"
 	switch {
 	case p.NoAttempt:
@@ -105,9 +105,21 @@ func (c *Catalog) Acquire(ctx context.Context, p AcquireParams) (bool, error) {
 	}
 	a := p.Attempt
 	var ok bool
-	err := c.Pool.QueryRow(ctx, `SELECT fencegate_acquire($1, $2, $3, $4::interval, $5, $6, $7, $8, $9, $10)`,
-		p.Bucket, p.Key, a.ID, p.TTL.String(), mode, a.Op, a.Gateway, nullSize(a.DeclaredSize), a.Checksum, a.UploadID).Scan(&ok)
-	return ok, err
+	// The key's state rides in the same round trip, read after the lease row
+	// is locked: the writer settles from it (KeyState).
+	b := &pgx.Batch{}
+	b.Queue(`SELECT fencegate_acquire($1, $2, $3, $4::interval, $5, $6, $7, $8, $9, $10)`,
+		p.Bucket, p.Key, a.ID, p.TTL.String(), mode, a.Op, a.Gateway, nullSize(a.DeclaredSize), a.Checksum, a.UploadID).
+		QueryRow(func(row pgx.Row) error { return row.Scan(&ok) })
+	ks := &KeyState{}
+	queueKeyState(b, p.Bucket, p.Key, ks)
+	if err := c.Pool.SendBatch(ctx, b).Close(); err != nil {
+		return false, nil, err
+	}
+	if !ok {
+		return false, nil, nil
+	}
+	return true, ks, nil
 }
 
 func nullSize(n int64) any {
@@ -148,10 +160,18 @@ func (c *Catalog) Release(ctx context.Context, bucket, key, holder, state, reaso
 // KeyState reads the catalog row, the unresolved attempts and the bucket's
 // completeness for a key.
 func (c *Catalog) KeyState(ctx context.Context, bucket, key string) (KeyState, error) {
-	// One round trip. Consistent without a snapshot: everything that changes
-	// these rows for the key happens under the key's lease, which the caller holds.
 	var ks KeyState
 	b := &pgx.Batch{}
+	queueKeyState(b, bucket, key, &ks)
+	err := c.Pool.SendBatch(ctx, b).Close()
+	return ks, err
+}
+
+// queueKeyState reads the key's catalog entry, its bucket's import state and
+// its unresolved attempts into ks. Consistent without a snapshot: everything
+// that changes these rows for the key happens under the key's lease, which the
+// caller holds.
+func queueKeyState(b *pgx.Batch, bucket, key string, ks *KeyState) {
 	b.Queue(`SELECT generation, etag, size, attempt_id::text, deleted, origin, committed_at
 		FROM catalog WHERE bucket = $1 AND key = $2`, bucket, key).QueryRow(func(row pgx.Row) error {
 		var e Entry
@@ -177,8 +197,6 @@ func (c *Catalog) KeyState(ctx context.Context, bucket, key string) (KeyState, e
 		ks.Unresolved, err = scanAttempts(rows, nil)
 		return err
 	})
-	err := c.Pool.SendBatch(ctx, b).Close()
-	return ks, err
 }
 
 // holderGone is true for an attempt row `a` whose holder no longer has a live
