@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -79,7 +80,12 @@ type KeyState struct {
 
 // Catalog holds every query of the write protocol. Each method is one short
 // transaction; none waits on storage I/O.
-type Catalog struct{ Pool *pgxpool.Pool }
+type Catalog struct {
+	Pool *pgxpool.Pool
+
+	notifyOnce sync.Once
+	notifier   *outboxNotifier
+}
 
 // AcquireParams describes a lease request and the attempt it records.
 type AcquireParams struct {
@@ -268,19 +274,18 @@ type CommitParams struct {
 func (c *Catalog) Commit(ctx context.Context, p CommitParams) (int64, error) {
 	var gen *int64
 	e := p.Entry
-	// An explicit transaction around the one call, so a test can cut the
-	// connection right after its COMMIT is sent (the unknown-COMMIT case).
-	err := pgx.BeginFunc(ctx, c.Pool, func(tx pgx.Tx) error {
-		return tx.QueryRow(ctx, `SELECT fencegate_commit($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)`,
-			p.Bucket, p.Key, p.Holder, nullID(p.Settled), p.SettledState, e.ETag, nullSize(e.Size), nullID(e.AttemptID),
-			e.Deleted, e.Origin, p.Release).Scan(&gen)
-	})
+	// One statement in its own implicit transaction: one round trip.
+	err := c.Pool.QueryRow(ctx, `SELECT fencegate_commit($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)`,
+		p.Bucket, p.Key, p.Holder, nullID(p.Settled), p.SettledState, e.ETag, nullSize(e.Size), nullID(e.AttemptID),
+		e.Deleted, e.Origin, p.Release).Scan(&gen)
 	if err != nil {
 		return 0, err
 	}
 	if gen == nil {
 		return 0, ErrLeaseLost
 	}
+	c.notifyOnce.Do(func() { c.notifier = &outboxNotifier{pool: c.Pool} })
+	c.notifier.notify(p.Bucket + "/" + p.Key)
 	return *gen, nil
 }
 
