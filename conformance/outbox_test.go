@@ -414,3 +414,34 @@ func (c *outboxConsumer) wait(ctx context.Context, d time.Duration) error {
 	}
 	return nil
 }
+
+// A committed write wakes a listening consumer with the key as payload, after
+// the commit (the wake-up is not part of the committing transaction).
+func TestOutboxWakeUpAfterCommit(t *testing.T) {
+	g := startGateway(t, gatewayOptions{})
+	ctx := context.Background()
+	bucket := "t-wake-" + randomSuffix()
+	createBucket(t, g.Endpoint, bucket)
+	conn, err := pgx.Connect(ctx, testenv.DatabaseURL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	if _, err := conn.Exec(ctx, `LISTEN fencegate_outbox`); err != nil {
+		t.Fatal(err)
+	}
+	for i, key := range []string{"a", "dir/b c"} {
+		if r := putRaw(g.Endpoint, bucket, key, []byte("x"), nil); r.Status != 200 {
+			t.Fatalf("PUT %s: %+v", key, r)
+		}
+		wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		n, err := conn.WaitForNotification(wctx)
+		cancel()
+		if err != nil {
+			t.Fatalf("write %d: no wake-up within 5 s: %v", i, err)
+		}
+		if n.Channel != "fencegate_outbox" || n.Payload != bucket+"/"+key {
+			t.Fatalf("write %d: notification %q on %q, want %q", i, n.Payload, n.Channel, bucket+"/"+key)
+		}
+	}
+}

@@ -78,7 +78,7 @@ func markdown(m machine, recs []Record) string {
 	p("GETs read objects seeded straight to the store; PUTs overwrite one key per worker; multipart is CreateMultipartUpload, 4 sequential 64 MiB UploadParts and CompleteMultipartUpload per operation. ")
 	p("Sizes up to 1 MiB run at 1 and 32 clients; 64 MiB objects at 1 and 4 and the multipart upload at 1 and 2 (the store writes at about 70-150 MiB/s here, so each extra large client adds seconds to each of the nine runs of a cell; the quick run keeps them at 1 client).\n\n")
 	if r := findRec(recs, "fencegate", cell{opPUT, 64 << 10, 32}); r != nil {
-		p("fencegate is built from the checkout being measured. In this run each fencegate PutObject made %s PostgreSQL write transactions (durable commits: the write protocol's lease and commit), %s PostgreSQL CPU ms; GETs make none, and the direct and versitygw paths none at all.\n\n",
+		p("fencegate is built from the checkout being measured. In this run each fencegate PutObject made %s PostgreSQL write transactions (two durable ones, the write protocol's acquire and commit, plus the outbox wake-ups sent after commits, batched and committed without a WAL flush wait), %s PostgreSQL CPU ms; GETs make none, and the direct and versitygw paths none at all.\n\n",
 			num(r.DBWriteTxnsPerOp), num(r.DBCPUSPerOp*1000))
 	}
 	p("To see where fencegate's CPU goes, `go run ./cmd/fencebench -perf DIR` records `perf` profiles of the fencegate process under a few of these cells.\n\n")
@@ -113,6 +113,32 @@ func markdown(m machine, recs []Record) string {
 				stats{r.CPUSPerOp * 1000, r.CPUSPerOpMin * 1000, r.CPUSPerOpMax * 1000}, num(r.StoreCPUSPerOp*1000), num(r.DBCPUSPerOp*1000))
 		}
 	}
+
+	p("\n## Where the CPU goes\n\n")
+	p("Every process of a run shares the two cores, so when they are all busy the throughput of a target is bounded by the CPU all processes spend per operation. ")
+	p("This table adds them up per operation (median of the rounds, ms): the store (`weed`), PostgreSQL, the gateway process and the load generator. ")
+	p("`CPU bound` is the direct total divided by the fencegate total: the ratio fencegate could reach if throughput were set by CPU alone; `measured` is the throughput ratio above.\n\n")
+	p("| cell | direct: weed + client = total | fencegate: weed + PostgreSQL + fencegate + client = total | versitygw: weed + versitygw + client = total | CPU bound | measured |\n|---|---|---|---|---|---|\n")
+	for _, c := range cells(recs) {
+		d, f, v := findRec(recs, "direct", c), findRec(recs, "fencegate", c), findRec(recs, "versitygw", c)
+		if d == nil || f == nil || v == nil {
+			continue
+		}
+		ms := func(x float64) string { return num(x * 1000) }
+		dt := d.StoreCPUSPerOp + d.ClientCPUSPerOp
+		ft := f.StoreCPUSPerOp + f.DBCPUSPerOp + f.CPUSPerOp + f.ClientCPUSPerOp
+		vt := v.StoreCPUSPerOp + v.CPUSPerOp + v.ClientCPUSPerOp
+		bound := "-"
+		if ft > 0 {
+			bound = num(dt/ft) + "x"
+		}
+		r, ok := ratio(recs, "fencegate", "direct", c)
+		p("| %s | %s + %s = %s | %s + %s + %s + %s = %s | %s + %s + %s = %s | %s | %s |\n", cellLabel(c),
+			ms(d.StoreCPUSPerOp), ms(d.ClientCPUSPerOp), ms(dt),
+			ms(f.StoreCPUSPerOp), ms(f.DBCPUSPerOp), ms(f.CPUSPerOp), ms(f.ClientCPUSPerOp), ms(ft),
+			ms(v.StoreCPUSPerOp), ms(v.CPUSPerOp), ms(v.ClientCPUSPerOp), ms(vt), bound, orDash(r, ok))
+	}
+	p("\nWhat the remaining cost is, and why some targets cannot hold on two shared cores, is in [COST.md](COST.md).\n")
 
 	p("\n## Memory while streaming\n\n")
 	p("One PUT and then one GET of a single object through fencegate, before any other load, so `VmHWM` (the peak RSS since the process started; it cannot be reset) is the streaming's own. The GET's peak therefore also covers the PUT.\n\n")
