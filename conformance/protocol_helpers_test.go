@@ -6,9 +6,11 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"io"
+	"net"
 	"net/http"
 	"net/url"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -124,6 +126,21 @@ func waitFor(t *testing.T, what string, limit time.Duration, cond func() bool) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+}
+
+// waitNotAccepting waits until a gateway that began shutting down refuses new
+// connections.
+func waitNotAccepting(t *testing.T, g *testGateway) {
+	t.Helper()
+	addr := strings.TrimPrefix(g.URL, "http://")
+	waitFor(t, "the gateway to stop accepting connections", 5*time.Second, func() bool {
+		c, err := net.DialTimeout("tcp", addr, time.Second)
+		if err != nil {
+			return true
+		}
+		c.Close()
+		return false
+	})
 }
 
 // signal is a one-shot barrier a hook closes and a test waits on.

@@ -3,7 +3,6 @@ package conformance
 import (
 	"bufio"
 	"context"
-	"net"
 	"net/http"
 	"strings"
 	"testing"
@@ -30,19 +29,7 @@ func TestGracefulShutdownFinishesInFlight(t *testing.T) {
 	time.Sleep(100 * time.Millisecond) // the gateway is now reading the body
 
 	g.Shutdown()
-	addr := strings.TrimPrefix(g.URL, "http://")
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		c, err := net.DialTimeout("tcp", addr, time.Second)
-		if err != nil {
-			break // no longer accepting
-		}
-		c.Close()
-		if time.Now().After(deadline) {
-			t.Fatal("still accepting connections 5 s after shutdown began")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	waitNotAccepting(t, g)
 	if _, err := conn.Write(make([]byte, size/2)); err != nil {
 		t.Fatal(err)
 	}

@@ -37,9 +37,7 @@ func TestLargeGetsSplicedOnOneConnection(t *testing.T) {
 	g := startGateway(t, gatewayOptions{})
 	ctx := context.Background()
 	bucket := "t-splice-" + randomSuffix()
-	if _, err := g.S3Client().CreateBucket(ctx, &s3.CreateBucketInput{Bucket: &bucket}); err != nil {
-		t.Fatal(err)
-	}
+	createBucket(t, g.Endpoint, bucket)
 	big := putRandom(t, g, bucket, "big", 3<<20+17)
 	small := putRandom(t, g, bucket, "small", 1000)
 
@@ -108,9 +106,7 @@ func TestSplicedGetClientGoneMidBody(t *testing.T) {
 	g := startGateway(t, gatewayOptions{})
 	ctx := context.Background()
 	bucket := "t-splice-gone-" + randomSuffix()
-	if _, err := g.S3Client().CreateBucket(ctx, &s3.CreateBucketInput{Bucket: &bucket}); err != nil {
-		t.Fatal(err)
-	}
+	createBucket(t, g.Endpoint, bucket)
 	big := putRandom(t, g, bucket, "big", 16<<20)
 	for range 3 {
 		req := signedRequest(t, g.Endpoint, "GET", "/"+bucket+"/big", time.Now())
@@ -135,11 +131,8 @@ func TestSplicedGetClientGoneMidBody(t *testing.T) {
 // A graceful shutdown waits for a spliced body still on its way.
 func TestShutdownWaitsForSplicedGet(t *testing.T) {
 	g := startGateway(t, gatewayOptions{ShutdownGrace: 30 * time.Second})
-	ctx := context.Background()
 	bucket := "t-splice-shutdown-" + randomSuffix()
-	if _, err := g.S3Client().CreateBucket(ctx, &s3.CreateBucketInput{Bucket: &bucket}); err != nil {
-		t.Fatal(err)
-	}
+	createBucket(t, g.Endpoint, bucket)
 	// Larger than loopback's socket buffers, so the relay cannot finish while
 	// the client reads nothing.
 	big := putRandom(t, g, bucket, "big", 48<<20)
@@ -155,18 +148,7 @@ func TestShutdownWaitsForSplicedGet(t *testing.T) {
 	}
 
 	g.Shutdown()
-	addr := strings.TrimPrefix(g.URL, "http://")
-	for deadline := time.Now().Add(5 * time.Second); ; {
-		c, err := net.DialTimeout("tcp", addr, time.Second)
-		if err != nil {
-			break
-		}
-		c.Close()
-		if time.Now().After(deadline) {
-			t.Fatal("still accepting 5 s after shutdown began")
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	waitNotAccepting(t, g)
 	served := make(chan error, 1)
 	go func() { served <- g.Wait() }()
 	select {
@@ -195,11 +177,8 @@ func TestShutdownWaitsForSplicedGet(t *testing.T) {
 // order on the same connection.
 func TestPipelinedRequestBehindSplicedGet(t *testing.T) {
 	g := startGateway(t, gatewayOptions{})
-	ctx := context.Background()
 	bucket := "t-splice-pipe-" + randomSuffix()
-	if _, err := g.S3Client().CreateBucket(ctx, &s3.CreateBucketInput{Bucket: &bucket}); err != nil {
-		t.Fatal(err)
-	}
+	createBucket(t, g.Endpoint, bucket)
 	big := putRandom(t, g, bucket, "big", 2<<20)
 	small := putRandom(t, g, bucket, "small", 10)
 	conn, err := net.Dial("tcp", strings.TrimPrefix(g.URL, "http://"))
