@@ -60,7 +60,7 @@ func newBackend(b Backend) (*backend, error) {
 		ReadBufferSize:     256 << 10,
 		TLSClientConfig:    &tls.Config{InsecureSkipVerify: b.InsecureTLS}, //nolint:gosec // opt-in, for test stores
 	}
-	b0 := &backend{
+	be := &backend{
 		base:   u,
 		creds:  aws.Credentials{AccessKeyID: b.AccessKey, SecretAccessKey: b.SecretKey},
 		region: region,
@@ -75,9 +75,9 @@ func newBackend(b Backend) (*backend, error) {
 		if u.Port() == "" {
 			host = net.JoinHostPort(u.Hostname(), "80")
 		}
-		b0.conns = newStoreConns(host)
+		be.conns = newStoreConns(host)
 	}
-	return b0, nil
+	return be, nil
 }
 
 // newRequest builds a path-style request for bucket/key with the raw query q.

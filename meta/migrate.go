@@ -69,10 +69,7 @@ func Migrate(ctx context.Context, pool *pgxpool.Pool) ([]int, error) {
 	// both find the table missing and one then fails on the catalog's unique
 	// indexes (as a duplicate type or relation). Under the migration lock only
 	// one session creates it.
-	if err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, migrationLockKey); err != nil {
-			return err
-		}
+	if err := underMigrationLock(ctx, pool, func(tx pgx.Tx) error {
 		_, err := tx.Exec(ctx, `CREATE TABLE IF NOT EXISTS schema_migrations (
 		version    integer PRIMARY KEY,
 		name       text NOT NULL,
@@ -94,12 +91,20 @@ func Migrate(ctx context.Context, pool *pgxpool.Pool) ([]int, error) {
 	return applied, nil
 }
 
-func applyMigration(ctx context.Context, pool *pgxpool.Pool, m Migration) (bool, error) {
-	did := false
-	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+// underMigrationLock runs fn in a transaction that holds the migration lock
+// until it ends.
+func underMigrationLock(ctx context.Context, pool *pgxpool.Pool, fn func(pgx.Tx) error) error {
+	return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, migrationLockKey); err != nil {
 			return err
 		}
+		return fn(tx)
+	})
+}
+
+func applyMigration(ctx context.Context, pool *pgxpool.Pool, m Migration) (bool, error) {
+	did := false
+	err := underMigrationLock(ctx, pool, func(tx pgx.Tx) error {
 		var exists bool
 		if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM schema_migrations WHERE version = $1)`, m.Version).Scan(&exists); err != nil {
 			return err
