@@ -45,9 +45,11 @@ bench-quick:
 
 # Each fuzz target for FUZZTIME (go test fuzzes one target at a time).
 fuzz:
-	@for t in $$($(GO) test -list '^Fuzz' ./sigv4 | grep '^Fuzz'); do \
-		echo "fuzzing $$t for $(FUZZTIME)"; \
-		$(GO) test ./sigv4 -run '^$$' -fuzz "^$$t$$" -fuzztime $(FUZZTIME) || exit 1; \
+	@for p in ./sigv4 ./gateway; do \
+		for t in $$($(GO) test -list '^Fuzz' $$p | grep '^Fuzz'); do \
+			echo "fuzzing $$p $$t for $(FUZZTIME)"; \
+			$(GO) test $$p -run '^$$' -fuzz "^$$t$$" -fuzztime $(FUZZTIME) || exit 1; \
+		done; \
 	done
 
 lint:

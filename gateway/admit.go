@@ -20,6 +20,7 @@ type request struct {
 	bucket string
 	key    string
 	op     Op
+	hdr    *headerView // every header read goes through this (headers.go)
 	auth   *sigv4.Auth
 	akey   *AccessKey
 	// bytesIn is the decoded object payload received; out counts what is relayed.
@@ -52,9 +53,13 @@ func (s *Server) admit(ctx *fasthttp.RequestCtx) (*request, *apiError) {
 		return r, errInvalidBucketName
 	}
 	var queryKeys []string
-	ctx.QueryArgs().VisitAll(func(k, _ []byte) { queryKeys = append(queryKeys, string(k)) })
-	copySource := ctx.Request.Header.Peek("X-Amz-Copy-Source")
-	r.op = Classify(string(ctx.Method()), bucket, key, queryKeys, len(copySource) > 0)
+	for k := range ctx.QueryArgs().All() {
+		queryKeys = append(queryKeys, string(k))
+	}
+	hdr, hdrErr := readHeaders(&ctx.Request.Header, ctx.QueryArgs())
+	r.hdr = hdr
+	copySource := hdr.get("x-amz-copy-source")
+	r.op = Classify(string(ctx.Method()), bucket, key, queryKeys, copySource != "")
 
 	sreq := sigv4Request(ctx)
 	sreq.ObjectChecksum = r.op.Name == "CompleteMultipartUpload"
@@ -67,19 +72,35 @@ func (s *Server) admit(ctx *fasthttp.RequestCtx) (*request, *apiError) {
 	if r.akey == nil { // deleted between Verify and here
 		return r, errAccessDenied
 	}
+	if hdrErr != nil {
+		return r, hdrErr
+	}
 	if r.op.Unsupported {
 		return r, errNotImplemented
 	}
-	if !r.akey.allowed(r.op.Perm, bucket) {
+	perm := r.op.Perm
+	if hdr.grantsAccess() {
+		// A canned ACL or a grant can make data public at the store.
+		perm = PermAdmin
+	}
+	if !r.akey.allowed(perm, bucket) {
 		return r, errAccessDenied
 	}
-	if len(copySource) > 0 {
-		srcBucket, _, err := parseCopySource(string(copySource))
+	if r.op.Level == LevelObject {
+		if e := s.checkKey(key); e != nil {
+			return r, e
+		}
+	}
+	if copySource != "" {
+		srcBucket, srcKey, err := parseCopySource(copySource)
 		if err != nil {
 			return r, err
 		}
 		if !r.akey.allowed(PermRead, srcBucket) {
 			return r, errAccessDenied
+		}
+		if e := s.checkKey(srcKey); e != nil {
+			return r, e
 		}
 	}
 	return r, nil

@@ -3,6 +3,7 @@ package gateway
 import (
 	"context"
 	"crypto/tls"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -80,8 +81,17 @@ func newBackend(b Backend) (*backend, error) {
 	return be, nil
 }
 
-// newRequest builds a path-style request for bucket/key with the raw query q.
-func (b *backend) newRequest(ctx context.Context, method, bucket, key, rawQuery string) (*http.Request, error) {
+// errObjectWithoutKey: an object operation must never become a bucket-level
+// request (an empty key would turn DeleteObject into DeleteBucket, made with
+// fencegate's own credentials).
+var errObjectWithoutKey = errors.New("an object operation without a key")
+
+// newRequest builds a path-style request at level for bucket/key with the raw
+// query q. An object-level request always names its key.
+func (b *backend) newRequest(ctx context.Context, method string, level Level, bucket, key, rawQuery string) (*http.Request, error) {
+	if level == LevelObject && (bucket == "" || key == "") {
+		return nil, errObjectWithoutKey
+	}
 	path := make([]byte, 0, len(b.base.Path)+len(bucket)+len(key)+8)
 	path = append(path, b.base.Path...)
 	if bucket != "" {
@@ -108,7 +118,7 @@ func (b *backend) newRequest(ctx context.Context, method, bucket, key, rawQuery 
 // ping asks the store for its bucket list with the backend credentials: it
 // answers, and it accepts them.
 func (b *backend) ping(ctx context.Context) error {
-	req, err := b.newRequest(ctx, http.MethodGet, "", "", "")
+	req, err := b.newRequest(ctx, http.MethodGet, LevelService, "", "", "")
 	if err != nil {
 		return err
 	}

@@ -21,7 +21,7 @@ var restatedOnCopy = []string{"Content-Type", "Content-Encoding", "Content-Dispo
 // a COPY becomes REPLACE with the source's metadata and system headers restated
 // and x-amz-copy-source-if-match pinning the source version that was read.
 func (s *Server) copyObject(ctx *fasthttp.RequestCtx, r *request) *apiError {
-	src := string(ctx.Request.Header.Peek("X-Amz-Copy-Source"))
+	src := r.hdr.get("x-amz-copy-source")
 	srcBucket, srcKey, _ := parseCopySource(src)
 	versionID := ""
 	if _, q, ok := strings.Cut(src, "?"); ok {
@@ -36,7 +36,7 @@ func (s *Server) copyObject(ctx *fasthttp.RequestCtx, r *request) *apiError {
 	if err != nil {
 		s.deps.Log.Warn("HEAD of a copy source failed", "request_id", r.id, "err", err)
 	}
-	replace := strings.EqualFold(strings.TrimSpace(string(ctx.Request.Header.Peek("X-Amz-Metadata-Directive"))), "REPLACE")
+	replace := strings.EqualFold(strings.TrimSpace(r.hdr.get("x-amz-metadata-directive")), "REPLACE")
 	if !replace && !info.Exists {
 		// Nothing to restate: the store will answer for the missing source.
 		return s.forward(ctx, r)
@@ -51,7 +51,7 @@ func (s *Server) copyObject(ctx *fasthttp.RequestCtx, r *request) *apiError {
 		declared = info.Size
 	}
 	return s.writeKey(ctx, r, u, keyWrite{
-		op: "copy", declared: declared, clientCond: hasClientCondition(ctx),
+		op: "copy", declared: declared, clientCond: hasClientCondition(r),
 		prepare: func(u *upstream, id string) *apiError {
 			h := u.req.Header
 			if !replace {
@@ -69,7 +69,7 @@ func (s *Server) copyObject(ctx *fasthttp.RequestCtx, r *request) *apiError {
 				for k, vs := range info.Header {
 					lk := strings.ToLower(k)
 					if strings.HasPrefix(lk, "x-amz-meta-") && lk != attemptHeader {
-						h[k] = vs
+						h[lk] = vs // S3's metadata names are lower case
 					}
 				}
 				for _, sys := range restatedOnCopy {

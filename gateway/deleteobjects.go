@@ -126,6 +126,9 @@ func (s *Server) deleteOne(r *request, key, version string, wait bool) deleteOut
 		res.code, res.msg = e.Code, e.Message
 		return res
 	}
+	if e := s.checkKey(key); e != nil {
+		return fail(e)
+	}
 	l, err := s.leases.Acquire(context.Background(), lease.Request{Bucket: r.bucket, Key: key, Op: "delete", DeclaredSize: -1, NoWait: !wait})
 	if err != nil {
 		if errors.Is(err, lease.ErrBusy) && !wait {
@@ -154,7 +157,7 @@ func (s *Server) deleteOne(r *request, key, version string, wait bool) deleteOut
 	if version != "" {
 		q = "versionId=" + url.QueryEscape(version)
 	}
-	req, err := s.backend.newRequest(uctx, http.MethodDelete, r.bucket, key, q)
+	req, err := s.backend.newRequest(uctx, http.MethodDelete, LevelObject, r.bucket, key, q)
 	if err != nil {
 		return fail(errInternal)
 	}

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"net/url"
 	"strconv"
 	"strings"
 
@@ -24,22 +25,9 @@ const (
 	maxSmallBody = 8 << 20
 )
 
-// notForwarded are request headers that describe the client's hop or its
-// credentials, never the operation: hop-by-hop headers, and everything that the
-// gateway's own signature and body framing replace.
-var notForwarded = map[string]bool{
-	"connection": true, "keep-alive": true, "proxy-connection": true, "proxy-authenticate": true,
-	"proxy-authorization": true, "te": true, "trailer": true, "transfer-encoding": true, "upgrade": true,
-	"host": true, "content-length": true, "expect": true, "authorization": true,
-	"x-amz-date": true, "x-amz-content-sha256": true, "x-amz-security-token": true,
-	"x-amz-decoded-content-length": true, "x-amz-trailer": true,
-}
-
 // attemptHeader carries fencegate's attempt id on every object it writes, so
 // the bytes at a key can be attributed (W1). Clients never see it, and cannot set it.
 const attemptHeader = "x-amz-meta-fencegate-attempt"
-
-func skipHidden(lower string) bool { return lower == attemptHeader }
 
 // presignParams are the query parameters of a presigned URL's own signature.
 var presignParams = map[string]bool{
@@ -47,16 +35,18 @@ var presignParams = map[string]bool{
 	"x-amz-signedheaders": true, "x-amz-signature": true, "x-amz-security-token": true,
 }
 
-// forwardQuery is the client's query string as sent, less a presigned URL's
-// signature parameters.
-func forwardQuery(raw []byte, presigned bool) string {
-	if !presigned || len(raw) == 0 {
+// forwardQuery is the client's query string as sent, less its x-amz-*
+// parameters: a presigned URL's signature, and headers hoisted into the query,
+// which travel as headers (headers.go).
+func forwardQuery(raw []byte) string {
+	if !bytes.Contains(bytes.ToLower(raw), []byte("amz")) {
 		return string(raw)
 	}
 	var out []byte
 	for _, part := range bytes.Split(raw, []byte{'&'}) {
 		name, _, _ := bytes.Cut(part, []byte{'='})
-		if presignParams[strings.ToLower(string(name))] {
+		dec, err := url.QueryUnescape(string(name))
+		if err != nil || strings.HasPrefix(strings.ToLower(dec), "x-amz-") {
 			continue
 		}
 		if len(out) > 0 {
@@ -67,24 +57,23 @@ func forwardQuery(raw []byte, presigned bool) string {
 	return string(out)
 }
 
-// copyRequestHeaders carries the client's end-to-end headers, names and values
-// as sent. aws-chunked is dropped from Content-Encoding: it described the
-// client's framing, which the gateway has decoded.
-func copyRequestHeaders(dst http.Header, src *fasthttp.RequestHeader, skip func(name string) bool) {
-	for k, v := range src.All() {
-		name := string(k)
-		lower := strings.ToLower(name)
-		if notForwarded[lower] || skip != nil && skip(lower) {
+// copyRequestHeaders carries the headers S3 acts on (forwardedHeader), each
+// once with its merged value (headers.go). aws-chunked is dropped from
+// Content-Encoding: it described the client's framing, which the gateway has
+// decoded.
+func copyRequestHeaders(dst http.Header, src *headerView, skip func(lower string) bool) {
+	for _, f := range src.fields {
+		if !forwardedHeader(f.name) || skip != nil && skip(f.name) {
 			continue
 		}
-		val := string(v)
-		if lower == "content-encoding" {
+		val := f.value
+		if f.name == "content-encoding" {
 			val = stripAWSChunked(val)
 			if val == "" {
 				continue
 			}
 		}
-		dst[name] = append(dst[name], val)
+		dst[upstreamName(f.name)] = []string{val}
 	}
 }
 
@@ -144,8 +133,8 @@ func (s *Server) buildUpstream(ctx *fasthttp.RequestCtx, r *request) (*upstream,
 	uctx, cancel := context.WithCancel(context.Background())
 	r.cancelUpstream = cancel
 	s.inflight.setCancel(r.inflightID, cancel)
-	query := forwardQuery(ctx.Request.URI().QueryString(), r.auth.Presigned)
-	req, err := s.backend.newRequest(uctx, string(ctx.Method()), r.bucket, r.key, query)
+	query := forwardQuery(ctx.Request.URI().QueryString())
+	req, err := s.backend.newRequest(uctx, string(ctx.Method()), r.op.Level, r.bucket, r.key, query)
 	if err != nil {
 		cancel()
 		return nil, errInternal
@@ -165,7 +154,7 @@ func (s *Server) buildUpstream(ctx *fasthttp.RequestCtx, r *request) (*upstream,
 		cancel()
 		return nil, asAPIError(err)
 	}
-	copyRequestHeaders(req.Header, &ctx.Request.Header, skipHidden)
+	copyRequestHeaders(req.Header, r.hdr, nil)
 	u.setBody(body)
 	return u, nil
 }
@@ -257,18 +246,16 @@ func (s *Server) streamedBody(ctx *fasthttp.RequestCtx, r *request, up *http.Req
 	// as the upstream trailer; otherwise the gateway computes a CRC32.
 	var trailerName string
 	var trailerValue trailerSource
-	h := &ctx.Request.Header
-	for k, v := range h.All() {
-		lower := strings.ToLower(string(k))
-		if _, ok := checksumB64Len[lower]; ok {
-			trailerName = lower
-			val := string(v)
+	for _, f := range r.hdr.fields {
+		if _, ok := checksumB64Len[f.name]; ok {
+			trailerName = f.name
+			val := f.value
 			trailerValue = func() (string, error) { return val, nil }
 			break
 		}
 	}
 	if trailerName == "" {
-		if t := strings.ToLower(strings.TrimSpace(string(h.Peek("X-Amz-Trailer")))); t != "" {
+		if t := strings.ToLower(strings.TrimSpace(r.hdr.get("x-amz-trailer"))); t != "" {
 			if _, ok := checksumB64Len[t]; ok {
 				trailerName = t
 				trailerValue = func() (string, error) {
@@ -285,9 +272,9 @@ func (s *Server) streamedBody(ctx *fasthttp.RequestCtx, r *request, up *http.Req
 	if trailerName == "" {
 		trailerName = "x-amz-checksum-crc32"
 	}
-	copyRequestHeaders(up.Header, h, func(lower string) bool {
+	copyRequestHeaders(up.Header, r.hdr, func(lower string) bool {
 		_, isChecksum := checksumB64Len[lower]
-		return isChecksum || skipHidden(lower)
+		return isChecksum
 	})
 	guard := newBodyGuard(br, ctx.Conn(), s.cfg.BodyStallTimeout)
 	enc := newChunkEncoder(guard, n, trailerName, trailerValue)

@@ -139,7 +139,7 @@ func (s *Server) completeUpload(ctx *fasthttp.RequestCtx, r *request) *apiError 
 	}
 	defer u.finish(r)
 	w := keyWrite{
-		op: "complete", declared: -1, clientCond: hasClientCondition(ctx),
+		op: "complete", declared: -1, clientCond: hasClientCondition(r),
 		acknowledge: func(resp *http.Response) (meta.Entry, *apiError) {
 			body, e := readResult(resp)
 			if e != nil {

@@ -123,8 +123,12 @@ var opTable = func() map[opKey]Op {
 	for _, sub := range []struct{ q, name string }{
 		{"tagging", "ObjectTagging"}, {"acl", "ObjectAcl"}, {"legal-hold", "ObjectLegalHold"}, {"retention", "ObjectRetention"},
 	} {
+		perm := PermWrite
+		if sub.q == "acl" {
+			perm = PermAdmin // an ACL can make an object public at the store
+		}
 		add(G, LevelObject, sub.q, false, op("Get"+sub.name, PermRead, BodyNone))
-		add(P, LevelObject, sub.q, false, op("Put"+sub.name, PermWrite, BodySmall))
+		add(P, LevelObject, sub.q, false, op("Put"+sub.name, perm, BodySmall))
 	}
 	add(D, LevelObject, "tagging", false, op("DeleteObjectTagging", PermWrite, BodyNone))
 	add(G, LevelObject, "attributes", false, op("GetObjectAttributes", PermRead, BodyNone))

@@ -94,7 +94,20 @@ func (s *Server) Probe(ctx context.Context, bucket string) (ProbeResult, error) 
 
 	ok, note = p.truncated(ctx)
 	add("aws-chunked body cut short is not published", ok, note)
+
+	p.s.keepsBackslash.Store(p.keepsBackslash(ctx))
 	return res, nil
+}
+
+// keepsBackslash learns whether the store keeps `a\b` and "a/b" apart. A
+// filer-backed store may read a backslash as a path separator; then keys with
+// one are refused (keyname.go), so one stored object is never two keys.
+func (p *prober) keepsBackslash(ctx context.Context) bool {
+	if _, err := p.put(ctx, p.prefix+"fold\\x", []byte("fold")); err != nil {
+		return false
+	}
+	st, _ := p.status(ctx, http.MethodHead, p.prefix+"fold/x", nil, nil, "")
+	return st == http.StatusNotFound
 }
 
 // probeRequestTimeout is generous: a store's first write to a new bucket may
@@ -138,7 +151,11 @@ type answer struct {
 func (p *prober) exchange(ctx context.Context, method, key, query string, h map[string]string, body []byte) (answer, error) {
 	ctx, cancel := context.WithTimeout(ctx, probeRequestTimeout)
 	defer cancel()
-	req, err := p.s.backend.newRequest(ctx, method, p.bucket, key, query)
+	level := LevelObject
+	if key == "" {
+		level = LevelBucket
+	}
+	req, err := p.s.backend.newRequest(ctx, method, level, p.bucket, key, query)
 	if err != nil {
 		return answer{}, err
 	}
@@ -221,7 +238,7 @@ func (p *prober) truncated(ctx context.Context) (bool, string) {
 	key := p.prefix + "truncated"
 	ctx2, cancel := context.WithTimeout(ctx, probeRequestTimeout)
 	defer cancel()
-	req, err := p.s.backend.newRequest(ctx2, http.MethodPut, p.bucket, key, "")
+	req, err := p.s.backend.newRequest(ctx2, http.MethodPut, LevelObject, p.bucket, key, "")
 	if err != nil {
 		return false, err.Error()
 	}

@@ -44,13 +44,16 @@ func (s *Server) relay(ctx *fasthttp.RequestCtx, r *request, resp *http.Response
 			return errBackendAuth
 		}
 	}
-	if r.op.Name == "ListBuckets" && resp.StatusCode == http.StatusOK && !r.akey.seesAllBuckets() {
+	if r.op.Name == "ListBuckets" && resp.StatusCode == http.StatusOK {
 		body, err := io.ReadAll(io.LimitReader(resp.Body, 16<<20))
 		resp.Body.Close()
 		if err != nil {
 			return errStoreUnreached
 		}
-		peeked = filterBuckets(body, r.akey)
+		if !r.akey.seesAllBuckets() {
+			body = filterBuckets(body, r.akey)
+		}
+		peeked = ownedBy(body, r.akey.ID)
 		resp.Body = http.NoBody
 		resp.ContentLength = int64(len(peeked))
 	}
@@ -175,6 +178,26 @@ func xmlElement(doc []byte, name string) string {
 		return ""
 	}
 	return html.UnescapeString(strings.TrimSpace(string(rest[:j])))
+}
+
+// ownedBy names the access key as the owner in a ListBuckets answer: the
+// store's own identity (fencegate's backend account) is not the client's
+// business.
+func ownedBy(doc []byte, keyID string) []byte {
+	i := bytes.Index(doc, []byte("<Owner>"))
+	if i < 0 {
+		return doc
+	}
+	j := bytes.Index(doc[i:], []byte("</Owner>"))
+	if j < 0 {
+		return doc
+	}
+	owner := appendXMLEscaped([]byte("<Owner><ID>"), keyID)
+	owner = append(owner, "</ID><DisplayName>"...)
+	owner = appendXMLEscaped(owner, keyID)
+	owner = append(owner, "</DisplayName></Owner>"...)
+	out := append(append(append([]byte(nil), doc[:i]...), owner...), doc[i+j+len("</Owner>"):]...)
+	return out
 }
 
 // filterBuckets drops from a ListBuckets answer the buckets key has no grant on.

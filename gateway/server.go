@@ -12,6 +12,7 @@ import (
 	"net"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -76,8 +77,11 @@ type Server struct {
 	store    storeView
 	leases   *lease.Manager
 	inflight inflight
-	wg       sync.WaitGroup
-	errc     chan error
+	// keepsBackslash: the probe proved the store keeps '\' in keys distinct
+	// from '/' (keyname.go).
+	keepsBackslash atomic.Bool
+	wg             sync.WaitGroup
+	errc           chan error
 }
 
 // New loads the access keys and binds the listeners (so callers know the

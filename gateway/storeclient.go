@@ -35,7 +35,7 @@ func (c *StoreClient) ListKeys(ctx context.Context, bucket string, fn func(keys 
 		if token != "" {
 			q += "&continuation-token=" + url.QueryEscape(token)
 		}
-		req, err := c.v.b.newRequest(ctx, http.MethodGet, bucket, "", q)
+		req, err := c.v.b.newRequest(ctx, http.MethodGet, LevelBucket, bucket, "", q)
 		if err != nil {
 			return err
 		}

@@ -34,7 +34,7 @@ func (v storeView) head(ctx context.Context, bucket, key, versionID string, out 
 	if versionID != "" {
 		q = "versionId=" + url.QueryEscape(versionID)
 	}
-	req, err := v.b.newRequest(ctx, http.MethodHead, bucket, key, q)
+	req, err := v.b.newRequest(ctx, http.MethodHead, LevelObject, bucket, key, q)
 	if err != nil {
 		return err
 	}
@@ -74,7 +74,7 @@ func trimETag(s string) string { return strings.Trim(strings.TrimSpace(s), `"`) 
 var errNoSuchBucket = errors.New("the store has no such bucket")
 
 func (v storeView) bucketExists(ctx context.Context, bucket string) (bool, error) {
-	req, err := v.b.newRequest(ctx, http.MethodHead, bucket, "", "")
+	req, err := v.b.newRequest(ctx, http.MethodHead, LevelBucket, bucket, "", "")
 	if err != nil {
 		return false, err
 	}

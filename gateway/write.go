@@ -41,9 +41,8 @@ type keyWrite struct {
 	acknowledge func(resp *http.Response) (meta.Entry, *apiError) // reads the store's success answer
 }
 
-func hasClientCondition(ctx *fasthttp.RequestCtx) bool {
-	h := &ctx.Request.Header
-	return len(h.Peek("If-Match")) > 0 || len(h.Peek("If-None-Match")) > 0
+func hasClientCondition(r *request) bool {
+	return r.hdr.has("if-match") || r.hdr.has("if-none-match")
 }
 
 // leaseError maps a lease refusal to its S3 answer.
@@ -190,7 +189,7 @@ func (s *Server) putObject(ctx *fasthttp.RequestCtx, r *request) *apiError {
 	}
 	defer u.finish(r)
 	return s.writeKey(ctx, r, u, keyWrite{
-		op: "put", declared: r.bytesIn, clientCond: hasClientCondition(ctx),
+		op: "put", declared: r.bytesIn, clientCond: hasClientCondition(r),
 		prepare: func(u *upstream, id string) *apiError {
 			u.req.Header.Set(attemptHeader, id)
 			return nil
@@ -212,7 +211,7 @@ func (s *Server) deleteObject(ctx *fasthttp.RequestCtx, r *request) *apiError {
 	}
 	defer u.finish(r)
 	return s.writeKey(ctx, r, u, keyWrite{
-		op: "delete", declared: -1, clientCond: len(ctx.Request.Header.Peek("If-Match")) > 0,
+		op: "delete", declared: -1, clientCond: r.hdr.has("if-match"),
 		acknowledge: func(*http.Response) (meta.Entry, *apiError) {
 			return meta.Entry{Deleted: true, Size: -1}, nil
 		},

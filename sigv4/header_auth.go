@@ -186,10 +186,11 @@ func (v *Verifier) verifyHeader(r *Request, h *headerScan) (*Auth, error) {
 		name string
 	}{{h.nAmzDate, "x-amz-date"}, {h.nContentSHA, "x-amz-content-sha256"}} {
 		if must.n > 0 && !signedHeadersContain(ha.signedHeaders, must.name) {
-			return nil, newErr(CodeAccessDenied, http.StatusForbidden,
-				"There were headers present in the request which were not signed",
-				Field{"HeadersNotSigned", must.name})
+			return nil, errHeadersNotSigned(must.name)
 		}
+	}
+	if name, ok := unsignedAmzHeader(r.Headers, ha.signedHeaders, false); ok {
+		return nil, errHeadersNotSigned(name)
 	}
 	if h.nContentSHA == 0 {
 		return nil, errInvalidRequest("Missing required header for this request: x-amz-content-sha256")

@@ -128,6 +128,10 @@ func (v *Verifier) verifyPresigned(r *Request, h *headerScan) (*Auth, error) {
 		return nil, errQueryMalformed("X-Amz-SignedHeaders must include 'host'")
 	}
 
+	if name, ok := unsignedAmzHeader(r.Headers, p.signedHeaders, true); ok {
+		return nil, errHeadersNotSigned(name)
+	}
+
 	// Validity runs from X-Amz-Date, not from the skew window; only a URL
 	// dated in the future is given the skew allowance.
 	now := v.now()
