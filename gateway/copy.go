@@ -36,6 +36,11 @@ func (s *Server) copyObject(ctx *fasthttp.RequestCtx, r *request) *apiError {
 	if err != nil {
 		s.deps.Log.Warn("HEAD of a copy source failed", "request_id", r.id, "err", err)
 	}
+	if info.Exists {
+		if e := copySourceConditions(r.hdr, info); e != nil {
+			return e
+		}
+	}
 	replace := strings.EqualFold(strings.TrimSpace(r.hdr.get("x-amz-metadata-directive")), "REPLACE")
 	if !replace && !info.Exists {
 		// Nothing to restate: the store will answer for the missing source.
@@ -98,6 +103,51 @@ func (s *Server) copyObject(ctx *fasthttp.RequestCtx, r *request) *apiError {
 func hasHeaderFold(h http.Header, name string) bool {
 	for k := range h {
 		if strings.EqualFold(k, name) {
+			return true
+		}
+	}
+	return false
+}
+
+var errPreconditionFailed = newAPIError("PreconditionFailed", http.StatusPreconditionFailed,
+	"At least one of the pre-conditions you specified did not hold")
+
+// copySourceConditions evaluates the client's x-amz-copy-source-if-* against
+// the source that was read, as S3 does. They are answered here because the
+// store's 412 for the copy would be indistinguishable from a refusal of
+// fencegate's own fence on the destination.
+func copySourceConditions(h *headerView, src objectInfo) *apiError {
+	etag := src.ETag
+	lastMod, lmErr := http.ParseTime(src.Header.Get("Last-Modified"))
+	ifMatch, ifNone := h.get("x-amz-copy-source-if-match"), h.get("x-amz-copy-source-if-none-match")
+	if ifMatch != "" && !etagListMatches(ifMatch, etag) {
+		return errPreconditionFailed
+	}
+	if ifNone != "" && etagListMatches(ifNone, etag) {
+		return errPreconditionFailed
+	}
+	if lmErr != nil {
+		return nil
+	}
+	if v := h.get("x-amz-copy-source-if-unmodified-since"); v != "" && ifMatch == "" {
+		if t, err := http.ParseTime(v); err == nil && lastMod.After(t) {
+			return errPreconditionFailed
+		}
+	}
+	if v := h.get("x-amz-copy-source-if-modified-since"); v != "" && ifNone == "" {
+		if t, err := http.ParseTime(v); err == nil && !lastMod.After(t) {
+			return errPreconditionFailed
+		}
+	}
+	return nil
+}
+
+// etagListMatches reports whether a comma-separated If-Match style list names
+// etag (quotes optional) or is "*".
+func etagListMatches(list, etag string) bool {
+	for _, v := range strings.Split(list, ",") {
+		v = strings.TrimSpace(v)
+		if v == "*" || trimETag(v) == etag {
 			return true
 		}
 	}
