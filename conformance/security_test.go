@@ -11,6 +11,8 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -372,4 +374,26 @@ func TestSecurityListBucketsOwner(t *testing.T) {
 func md5b64(b []byte) string {
 	s := md5.Sum(b)
 	return base64.StdEncoding.EncodeToString(s[:])
+}
+
+// The same two holes through a real client that sends lower-case names (the
+// aws cli, on botocore like boto3): a copy from a bucket without a grant, and
+// If-None-Match: * on an existing key.
+func TestSecurityAWSCLILowerCaseHeaders(t *testing.T) {
+	fx := newSecurityFixture(t)
+	aws := awsCLI(t, &clientFixture{ep: fx.rw}, 1)
+	_, stderr, err := aws.try("s3api", "copy-object", "--bucket", fx.dropbox, "--key", "stolen.txt", "--copy-source", fx.secret+"/"+fx.secretKey)
+	if err == nil || !strings.Contains(stderr, "AccessDenied") {
+		t.Fatalf("aws s3api copy-object from a bucket without a grant: err %v, stderr %s", err, stderr)
+	}
+	requireAbsent(t, fx.g.Store, fx.dropbox, "stolen.txt", "aws cli copy")
+	body := filepath.Join(t.TempDir(), "body")
+	if err := os.WriteFile(body, []byte("v1"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	aws.run("s3api", "put-object", "--bucket", fx.dropbox, "--key", "once", "--body", body)
+	_, stderr, err = aws.try("s3api", "put-object", "--bucket", fx.dropbox, "--key", "once", "--body", body, "--if-none-match", "*")
+	if err == nil || !strings.Contains(stderr, "PreconditionFailed") {
+		t.Fatalf("aws s3api put-object --if-none-match '*' on an existing key: err %v, stderr %s", err, stderr)
+	}
 }
