@@ -19,6 +19,10 @@ type metrics struct {
 	bytesOut       *prometheus.CounterVec
 	upstreamErrors *prometheus.CounterVec
 	splicedBytes   prometheus.Counter
+	connsOpen      prometheus.Gauge
+	connsRefused   *prometheus.CounterVec
+	bodyBytes      prometheus.Gauge
+	bodyRefused    prometheus.Counter
 }
 
 func newMetrics() *metrics {
@@ -46,7 +50,22 @@ func newMetrics() *metrics {
 	m.splicedBytes = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "fencegate_spliced_body_bytes_total", Help: "Object bytes relayed from the store to clients by splice(2), never copied through the gateway's memory.",
 	})
-	reg.MustRegister(m.requests, m.latency, m.bytesIn, m.bytesOut, m.upstreamErrors, m.splicedBytes)
+	m.connsOpen = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "fencegate_connections_open", Help: "S3 client connections open now.",
+	})
+	m.connsRefused = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "fencegate_connections_refused_total", Help: "S3 client connections answered 503 SlowDown and closed at accept, by the limit they were over (total, per_ip).",
+	}, []string{"limit"})
+	m.connsRefused.WithLabelValues("total")
+	m.connsRefused.WithLabelValues("per_ip")
+	m.bodyBytes = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "fencegate_buffered_body_bytes", Help: "Bytes of small request bodies (XML documents read whole) held now, out of --max-body-memory.",
+	})
+	m.bodyRefused = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "fencegate_body_memory_refused_total", Help: "Requests answered 503 SlowDown because the small-body memory budget stayed spent.",
+	})
+	reg.MustRegister(m.requests, m.latency, m.bytesIn, m.bytesOut, m.upstreamErrors, m.splicedBytes,
+		m.connsOpen, m.connsRefused, m.bodyBytes, m.bodyRefused)
 	return m
 }
 

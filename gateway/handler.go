@@ -37,6 +37,7 @@ func (s *Server) handle(ctx *fasthttp.RequestCtx) {
 	id := s.inflight.add(ctx.Conn())
 	r.inflightID = id
 	defer s.inflight.done(id)
+	defer s.releaseBodyMemory(ctx)
 	defer func() {
 		if p := recover(); p != nil {
 			s.deps.Log.Error("panic serving request", "request_id", r.id, "op", r.op.Name, "panic", p)
