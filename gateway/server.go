@@ -59,6 +59,8 @@ type Config struct {
 	// then gets 503 SlowDown.
 	BodyMemory     int64
 	BodyMemoryWait time.Duration
+	// AdminToken, when set, is the bearer token /readyz and /metrics require.
+	AdminToken string
 }
 
 func (c *Config) applyDefaults() {

@@ -59,6 +59,7 @@ func (c *serveConfig) define(f envFlags) {
 	f.Int(&c.MaxConns, "max-conns", "FENCEGATE_MAX_CONNS", 4096, "open S3 client connections at most; one more is answered 503 SlowDown and closed (-1: no limit)")
 	f.Int(&c.MaxConnsPerIP, "max-conns-per-ip", "FENCEGATE_MAX_CONNS_PER_IP", 1024, "open S3 client connections per client IP at most; one more is answered 503 SlowDown and closed (-1: no limit)")
 	f.Int(&c.BodyMemoryBytes, "max-body-memory", "FENCEGATE_MAX_BODY_MEMORY", 64<<20, "bytes of small request bodies (XML documents, read whole) held at once; a request that finds none free for 2 s gets 503 SlowDown")
+	f.String(&c.AdminToken, "admin-token", "FENCEGATE_ADMIN_TOKEN", "", "when set, /readyz and /metrics require the header \"Authorization: Bearer TOKEN\" (/healthz stays open)")
 	f.Duration(&c.Lease.TTL, "lease-ttl", "FENCEGATE_LEASE_TTL", 60*time.Second, "key lease lifetime (on PostgreSQL's clock)")
 	f.Duration(&c.Lease.RenewEvery, "lease-renew", "FENCEGATE_LEASE_RENEW", 20*time.Second, "lease renewal period while a write is outstanding")
 	f.Duration(&c.Lease.Margin, "lease-margin", "FENCEGATE_LEASE_MARGIN", 10*time.Second, "local deadline = last renewal's send time + TTL - margin")
