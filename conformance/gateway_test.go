@@ -58,6 +58,8 @@ type gatewayOptions struct {
 	TLS           bool
 	Store         *stack.Endpoint // default: the run's SeaweedFS
 	Domains       []string
+	// Configure adjusts the gateway's configuration last (limits, timeouts).
+	Configure func(*gateway.Config)
 }
 
 var (
@@ -114,6 +116,9 @@ func startGateway(t *testing.T, o gatewayOptions) *testGateway {
 		Listen: "127.0.0.1:0", AdminListen: "127.0.0.1:0", ShutdownGrace: grace,
 		Region: "us-east-1", Domains: o.Domains, BodyStallTimeout: o.BodyStall,
 		Backend: gateway.Backend{Endpoint: storeURL, AccessKey: store.AccessKey, SecretKey: store.SecretKey, Region: "us-east-1"},
+	}
+	if o.Configure != nil {
+		o.Configure(&cfg)
 	}
 	scheme := "http"
 	if o.TLS {

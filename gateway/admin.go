@@ -2,6 +2,8 @@ package gateway
 
 import (
 	"context"
+	"crypto/sha256"
+	"crypto/subtle"
 	"fmt"
 	"net/http"
 	"time"
@@ -19,6 +21,10 @@ type metrics struct {
 	bytesOut       *prometheus.CounterVec
 	upstreamErrors *prometheus.CounterVec
 	splicedBytes   prometheus.Counter
+	connsOpen      prometheus.Gauge
+	connsRefused   *prometheus.CounterVec
+	bodyBytes      prometheus.Gauge
+	bodyRefused    prometheus.Counter
 }
 
 func newMetrics() *metrics {
@@ -46,33 +52,74 @@ func newMetrics() *metrics {
 	m.splicedBytes = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "fencegate_spliced_body_bytes_total", Help: "Object bytes relayed from the store to clients by splice(2), never copied through the gateway's memory.",
 	})
-	reg.MustRegister(m.requests, m.latency, m.bytesIn, m.bytesOut, m.upstreamErrors, m.splicedBytes)
+	m.connsOpen = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "fencegate_connections_open", Help: "S3 client connections open now.",
+	})
+	m.connsRefused = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "fencegate_connections_refused_total", Help: "S3 client connections answered 503 SlowDown and closed at accept, by the limit they were over (total, per_ip).",
+	}, []string{"limit"})
+	m.connsRefused.WithLabelValues("total")
+	m.connsRefused.WithLabelValues("per_ip")
+	m.bodyBytes = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "fencegate_buffered_body_bytes", Help: "Bytes of small request bodies (XML documents read whole) held now, out of --max-body-memory.",
+	})
+	m.bodyRefused = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "fencegate_body_memory_refused_total", Help: "Requests answered 503 SlowDown because the small-body memory budget stayed spent.",
+	})
+	reg.MustRegister(m.requests, m.latency, m.bytesIn, m.bytesOut, m.upstreamErrors, m.splicedBytes,
+		m.connsOpen, m.connsRefused, m.bodyBytes, m.bodyRefused)
 	return m
 }
 
 // adminHandler serves /healthz (the process is up), /readyz (PostgreSQL and the
-// store answer) and /metrics (Prometheus).
+// store answer) and /metrics (Prometheus). With an admin token, /readyz and
+// /metrics need it; /healthz stays open for liveness probes.
 func (s *Server) adminHandler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
 		fmt.Fprintln(w, "ok")
 	})
-	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
-		ctx, cancel := context.WithTimeout(r.Context(), 5*time.Second)
-		defer cancel()
-		status := http.StatusOK
-		body := ""
-		for _, c := range s.deps.Readiness {
-			if err := c.Run(ctx); err != nil {
-				status = http.StatusServiceUnavailable
-				body += fmt.Sprintf("%s: %v\n", c.Name, err)
-			} else {
-				body += c.Name + ": ok\n"
-			}
-		}
-		w.WriteHeader(status)
-		fmt.Fprint(w, body)
-	})
-	mux.Handle("GET /metrics", promhttp.HandlerFor(s.metrics.reg, promhttp.HandlerOpts{}))
+	mux.Handle("GET /readyz", s.adminAuth(http.HandlerFunc(s.readyz)))
+	mux.Handle("GET /metrics", s.adminAuth(promhttp.HandlerFor(s.metrics.reg, promhttp.HandlerOpts{})))
 	return mux
+}
+
+// readyz names each dependency and whether it answers. The error itself goes
+// to the log, never to the response: it may name hosts, users or paths.
+func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
+	ctx, cancel := context.WithTimeout(r.Context(), 5*time.Second)
+	defer cancel()
+	status := http.StatusOK
+	body := ""
+	for _, c := range s.deps.Readiness {
+		if err := c.Run(ctx); err != nil {
+			status = http.StatusServiceUnavailable
+			body += c.Name + ": down\n"
+			s.deps.Log.Warn("readiness probe failed", "check", c.Name, "err", err)
+		} else {
+			body += c.Name + ": ok\n"
+		}
+	}
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	w.WriteHeader(status)
+	fmt.Fprint(w, body)
+}
+
+// adminAuth requires `Authorization: Bearer <AdminToken>` when a token is set.
+// Both sides are hashed before the constant-time compare, so neither the
+// token's bytes nor its length show in the timing.
+func (s *Server) adminAuth(next http.Handler) http.Handler {
+	if s.cfg.AdminToken == "" {
+		return next
+	}
+	want := sha256.Sum256([]byte("Bearer " + s.cfg.AdminToken))
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		got := sha256.Sum256([]byte(r.Header.Get("Authorization")))
+		if subtle.ConstantTimeCompare(got[:], want[:]) != 1 {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="fencegate admin"`)
+			http.Error(w, "unauthorized", http.StatusUnauthorized)
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
 }

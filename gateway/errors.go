@@ -57,7 +57,8 @@ func asAPIError(err error) *apiError {
 	return errInternal
 }
 
-// writeError is the one place S3 error bodies are rendered.
+// writeError answers a request with e. It and rawErrorResponse are the only
+// places S3 error answers are made, both through appendErrorXML.
 func writeError(ctx *fasthttp.RequestCtx, requestID string, e *apiError) {
 	ctx.Response.Reset()
 	ctx.Response.Header.DisableNormalizing()
@@ -71,7 +72,28 @@ func writeError(ctx *fasthttp.RequestCtx, requestID string, e *apiError) {
 		return
 	}
 	ctx.SetContentType("application/xml")
-	b := make([]byte, 0, 256)
+	ctx.SetBody(appendErrorXML(make([]byte, 0, 256), e, string(ctx.Request.URI().PathOriginal()), requestID))
+}
+
+// rawErrorResponse is a whole HTTP/1.1 response carrying e, closing the
+// connection: for a connection refused before any request was read from it.
+func rawErrorResponse(e *apiError, requestID string) []byte {
+	body := appendErrorXML(make([]byte, 0, 256), e, "", requestID)
+	b := make([]byte, 0, len(body)+192)
+	b = append(b, "HTTP/1.1 "...)
+	b = strconv.AppendInt(b, int64(e.Status), 10)
+	b = append(b, ' ')
+	b = append(b, http.StatusText(e.Status)...)
+	b = append(b, "\r\nContent-Type: application/xml\r\nConnection: close\r\nx-amz-request-id: "...)
+	b = append(b, requestID...)
+	b = append(b, "\r\nContent-Length: "...)
+	b = strconv.AppendInt(b, int64(len(body)), 10)
+	b = append(b, "\r\n\r\n"...)
+	return append(b, body...)
+}
+
+// appendErrorXML renders e as S3's XML error document.
+func appendErrorXML(b []byte, e *apiError, resource, requestID string) []byte {
 	b = append(b, `<?xml version="1.0" encoding="UTF-8"?>`+"\n<Error><Code>"...)
 	b = appendXMLEscaped(b, e.Code)
 	b = append(b, "</Code><Message>"...)
@@ -87,11 +109,10 @@ func writeError(ctx *fasthttp.RequestCtx, requestID string, e *apiError) {
 		b = append(b, '>')
 	}
 	b = append(b, "<Resource>"...)
-	b = appendXMLEscaped(b, string(ctx.Request.URI().PathOriginal()))
+	b = appendXMLEscaped(b, resource)
 	b = append(b, "</Resource><RequestId>"...)
 	b = append(b, requestID...)
-	b = append(b, "</RequestId></Error>"...)
-	ctx.SetBody(b)
+	return append(b, "</RequestId></Error>"...)
 }
 
 func appendXMLEscaped(b []byte, s string) []byte {

@@ -216,6 +216,10 @@ func (s *Server) smallBody(ctx *fasthttp.RequestCtx, r *request) ([]byte, error)
 	if n := br.DecodedLength(); n > maxSmallBody {
 		return nil, withClose(errMaxMessageLength)
 	}
+	// Held whole: take its share of the body memory first (limits.go).
+	if e := s.takeBodyMemory(ctx, br.DecodedLength()); e != nil {
+		return nil, e
+	}
 	g := newBodyGuard(br, ctx.Conn(), s.cfg.BodyStallTimeout)
 	body, err := io.ReadAll(io.LimitReader(g, maxSmallBody+1))
 	g.stop()

@@ -37,6 +37,7 @@ func (s *Server) handle(ctx *fasthttp.RequestCtx) {
 	id := s.inflight.add(ctx.Conn())
 	r.inflightID = id
 	defer s.inflight.done(id)
+	defer s.releaseBodyMemory(ctx)
 	defer func() {
 		if p := recover(); p != nil {
 			s.deps.Log.Error("panic serving request", "request_id", r.id, "op", r.op.Name, "panic", p)
@@ -79,10 +80,11 @@ func (s *Server) finish(ctx *fasthttp.RequestCtx, r *request, e *apiError) {
 		out = r.out.n
 	}
 	m := s.metrics
-	m.requests.WithLabelValues(op, strconv.Itoa(status)).Inc()
-	m.latency.WithLabelValues(op).Observe(elapsed.Seconds())
-	m.bytesIn.WithLabelValues(op).Add(float64(r.bytesIn))
-	m.bytesOut.WithLabelValues(op).Add(float64(out))
+	label := opLabel(r)
+	m.requests.WithLabelValues(label, statusLabel(status)).Inc()
+	m.latency.WithLabelValues(label).Observe(elapsed.Seconds())
+	m.bytesIn.WithLabelValues(label).Add(float64(r.bytesIn))
+	m.bytesOut.WithLabelValues(label).Add(float64(out))
 	attrs := []slog.Attr{
 		slog.String("request_id", r.id), slog.String("op", op), slog.String("method", string(ctx.Method())),
 		slog.String("bucket", r.bucket), slog.String("key", r.key), slog.Int("status", status),
@@ -96,6 +98,39 @@ func (s *Server) finish(ctx *fasthttp.RequestCtx, r *request, e *apiError) {
 		attrs = append(attrs, slog.String("error", e.Code))
 	}
 	s.deps.Log.LogAttrs(ctx, slog.LevelInfo, "request", attrs...)
+}
+
+// knownOps are the operation table's names: the only op label values besides
+// the fixed ones opLabel adds.
+var knownOps = func() map[string]bool {
+	m := map[string]bool{}
+	for _, n := range OpNames() {
+		m[n] = true
+	}
+	return m
+}()
+
+// opLabel is a request's op label on the metrics, from a fixed set: an
+// unauthenticated request's method and query are the sender's to choose, and
+// each distinct label value is a new series kept for the process's life.
+func opLabel(r *request) string {
+	switch {
+	case r.op.Name == "":
+		return "unrouted"
+	case r.auth == nil:
+		return "unauthenticated"
+	case r.op.Unsupported || !knownOps[r.op.Name]:
+		return "unsupported"
+	}
+	return r.op.Name
+}
+
+// statusLabel keeps the status label to real HTTP status codes.
+func statusLabel(status int) string {
+	if status < 100 || status > 599 {
+		return "invalid"
+	}
+	return strconv.Itoa(status)
 }
 
 // dispatch runs the write protocol for the operations it covers and passes

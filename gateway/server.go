@@ -41,6 +41,57 @@ type Config struct {
 	// KeyPollInterval is how often the access-key version is checked.
 	KeyPollInterval time.Duration
 	Backend         Backend
+
+	// Limits (limits.go); zero values take the defaults.
+
+	// HeaderTimeout bounds the wait for a request's headers: from the
+	// connection's accept for its first request, from its first byte for a
+	// keep-alive one. It also bounds a TLS handshake.
+	HeaderTimeout time.Duration
+	// IdleTimeout is how long a keep-alive connection may wait for its next request.
+	IdleTimeout time.Duration
+	// MaxConns and MaxConnsPerIP bound open S3 client connections, in total and
+	// per client IP (negative: no bound). A connection over either is answered
+	// 503 SlowDown and closed.
+	MaxConns      int
+	MaxConnsPerIP int
+	// BodyMemory bounds the bytes of small request bodies (XML documents, read
+	// whole) held at once; a request waits up to BodyMemoryWait for its share,
+	// then gets 503 SlowDown.
+	BodyMemory     int64
+	BodyMemoryWait time.Duration
+	// AdminToken, when set, is the bearer token /readyz and /metrics require.
+	AdminToken string
+}
+
+func (c *Config) applyDefaults() {
+	if c.ShutdownGrace == 0 {
+		c.ShutdownGrace = 30 * time.Second
+	}
+	if c.BodyStallTimeout == 0 {
+		c.BodyStallTimeout = 20 * time.Second
+	}
+	if c.KeyPollInterval == 0 {
+		c.KeyPollInterval = 2 * time.Second
+	}
+	if c.HeaderTimeout <= 0 {
+		c.HeaderTimeout = defaultHeaderTimeout
+	}
+	if c.IdleTimeout <= 0 {
+		c.IdleTimeout = defaultIdleTimeout
+	}
+	if c.MaxConns == 0 {
+		c.MaxConns = defaultMaxConns
+	}
+	if c.MaxConnsPerIP == 0 {
+		c.MaxConnsPerIP = defaultMaxConnsPerIP
+	}
+	if c.BodyMemory <= 0 {
+		c.BodyMemory = defaultBodyMemory
+	}
+	if c.BodyMemoryWait <= 0 {
+		c.BodyMemoryWait = defaultBodyMemoryWait
+	}
 }
 
 // Check is one named readiness probe (PostgreSQL reachable). The gateway adds
@@ -80,6 +131,8 @@ type Server struct {
 	// keepsBackslash: the probe proved the store keeps '\' in keys distinct
 	// from '/' (keyname.go).
 	keepsBackslash atomic.Bool
+	conns          *connLimiter
+	bodies         *bodyBudget
 	wg             sync.WaitGroup
 	errc           chan error
 }
@@ -90,16 +143,9 @@ func New(ctx context.Context, cfg Config, deps Deps) (*Server, error) {
 	if deps.Log == nil {
 		deps.Log = slog.Default()
 	}
-	if cfg.ShutdownGrace == 0 {
-		cfg.ShutdownGrace = 30 * time.Second
-	}
-	if cfg.BodyStallTimeout == 0 {
-		cfg.BodyStallTimeout = 20 * time.Second
-	}
-	if cfg.KeyPollInterval == 0 {
-		cfg.KeyPollInterval = 2 * time.Second
-	}
+	cfg.applyDefaults()
 	s := &Server{cfg: cfg, deps: deps, metrics: newMetrics(), errc: make(chan error, 2)}
+	s.bodies = newBodyBudget(cfg.BodyMemory, cfg.BodyMemoryWait, s.metrics)
 	keys, err := newKeyCache(ctx, deps.Keys, deps.Log)
 	if err != nil {
 		return nil, fmt.Errorf("load access keys: %w", err)
@@ -126,6 +172,10 @@ func New(ctx context.Context, cfg Config, deps Deps) (*Server, error) {
 		ln.Close()
 		return nil, errors.New("TLS needs both a certificate and a key")
 	}
+	// Below TLS, so a refused connection costs no handshake.
+	s.conns = newConnLimiter(ln, cfg.MaxConns, cfg.MaxConnsPerIP, s.metrics)
+	s.conns.tls = cfg.TLSCert != ""
+	ln = s.conns
 	if cfg.TLSCert != "" {
 		cert, err := tls.LoadX509KeyPair(cfg.TLSCert, cfg.TLSKey)
 		if err != nil {
@@ -148,8 +198,18 @@ func New(ctx context.Context, cfg Config, deps Deps) (*Server, error) {
 		// per read (BodyStallTimeout).
 		MaxRequestBodySize: 1 << 62,
 		ReadBufferSize:     16 << 10,
-		IdleTimeout:        2 * time.Minute,
-		CloseOnShutdown:    true,
+		// ReadTimeout is the header timeout: fasthttp arms it at accept (or at a
+		// keep-alive request's first byte) and nothing later re-arms it with
+		// this value. Once the headers are in, the deadline becomes the stall
+		// timeout for the body bytes fasthttp reads before the handler; the
+		// handler's own body reads set theirs per read (bodyGuard).
+		ReadTimeout: cfg.HeaderTimeout,
+		HeaderReceived: func(*fasthttp.RequestHeader) fasthttp.RequestConfig {
+			return fasthttp.RequestConfig{ReadTimeout: cfg.BodyStallTimeout}
+		},
+		IdleTimeout:     cfg.IdleTimeout,
+		ConnState:       s.conns.connState,
+		CloseOnShutdown: true,
 	}
 	if cfg.AdminListen != "" {
 		aln, err := net.Listen("tcp", cfg.AdminListen)

@@ -35,6 +35,8 @@ type serveConfig struct {
 	Reconcile      time.Duration
 	ProbeBucket    string
 	RequireFencing bool
+	// BodyMemoryBytes is gateway.Config.BodyMemory, as an int flag.
+	BodyMemoryBytes int
 }
 
 func (c *serveConfig) define(f envFlags) {
@@ -52,6 +54,12 @@ func (c *serveConfig) define(f envFlags) {
 	f.String(&c.BackendRegion, "backend-region", "FENCEGATE_BACKEND_REGION", "us-east-1", "region the gateway signs for at the store")
 	f.String(&c.Domains, "domains", "FENCEGATE_DOMAINS", "", "comma-separated domains for virtual-host addressing (bucket.DOMAIN)")
 	f.Duration(&c.BodyStallTimeout, "body-stall-timeout", "FENCEGATE_BODY_STALL_TIMEOUT", 20*time.Second, "a request body that sends nothing for this long ends with RequestTimeout")
+	f.Duration(&c.HeaderTimeout, "header-timeout", "FENCEGATE_HEADER_TIMEOUT", 10*time.Second, "a connection must send a request's complete headers within this of its accept (of its first byte on a keep-alive connection), else it is closed")
+	f.Duration(&c.IdleTimeout, "idle-timeout", "FENCEGATE_IDLE_TIMEOUT", 2*time.Minute, "how long a keep-alive connection may wait for its next request")
+	f.Int(&c.MaxConns, "max-conns", "FENCEGATE_MAX_CONNS", 4096, "open S3 client connections at most; one more is answered 503 SlowDown and closed (-1: no limit)")
+	f.Int(&c.MaxConnsPerIP, "max-conns-per-ip", "FENCEGATE_MAX_CONNS_PER_IP", 1024, "open S3 client connections per client IP at most; one more is answered 503 SlowDown and closed (-1: no limit)")
+	f.Int(&c.BodyMemoryBytes, "max-body-memory", "FENCEGATE_MAX_BODY_MEMORY", 64<<20, "bytes of small request bodies (XML documents, read whole) held at once; a request that finds none free for 2 s gets 503 SlowDown")
+	f.String(&c.AdminToken, "admin-token", "FENCEGATE_ADMIN_TOKEN", "", "when set, /readyz and /metrics require the header \"Authorization: Bearer TOKEN\" (/healthz stays open)")
 	f.Duration(&c.Lease.TTL, "lease-ttl", "FENCEGATE_LEASE_TTL", 60*time.Second, "key lease lifetime (on PostgreSQL's clock)")
 	f.Duration(&c.Lease.RenewEvery, "lease-renew", "FENCEGATE_LEASE_RENEW", 20*time.Second, "lease renewal period while a write is outstanding")
 	f.Duration(&c.Lease.Margin, "lease-margin", "FENCEGATE_LEASE_MARGIN", 10*time.Second, "local deadline = last renewal's send time + TTL - margin")
@@ -135,6 +143,7 @@ func runServe(ctx context.Context, cfg serveConfig, started func(s3Addr, adminAd
 	}
 	gcfg := cfg.Config
 	gcfg.Region = cfg.Region
+	gcfg.BodyMemory = int64(cfg.BodyMemoryBytes)
 	gcfg.Backend = gateway.Backend{Endpoint: cfg.BackendURL, AccessKey: cfg.BackendKey, SecretKey: cfg.BackendSecret, Region: cfg.BackendRegion}
 	for _, d := range strings.Split(cfg.Domains, ",") {
 		if d = strings.TrimSpace(d); d != "" {

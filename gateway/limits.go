@@ -1,0 +1,221 @@
+package gateway
+
+import (
+	"context"
+	"io"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/valyala/fasthttp"
+	"golang.org/x/sync/semaphore"
+)
+
+// What a client can make the gateway hold is bounded here: open connections
+// (in total and per client IP) and the memory of small request bodies, which
+// are read whole. The timeouts that end slow connections are fasthttp's, set in
+// New: ReadTimeout is the header timeout (from accept, or from a keep-alive
+// request's first byte), IdleTimeout the keep-alive wait, and HeaderReceived
+// re-arms the read deadline at the body stall timeout for the up to 8 KiB of
+// body fasthttp reads before the handler runs. Later body reads go through
+// bodyGuard, which sets its own deadline per read, so a steadily flowing upload
+// of any size is never cut.
+
+// Defaults for the limits of Config.
+const (
+	defaultHeaderTimeout  = 10 * time.Second
+	defaultIdleTimeout    = 2 * time.Minute
+	defaultMaxConns       = 4096
+	defaultMaxConnsPerIP  = 1024
+	defaultBodyMemory     = 64 << 20
+	defaultBodyMemoryWait = 2 * time.Second
+	// refusalAnswerers bounds the goroutines answering refused connections: past
+	// it a refused connection is closed without an answer, which costs nothing.
+	refusalAnswerers = 64
+)
+
+// connLimiter is the S3 listener's gate. It counts a connection from Accept to
+// fasthttp's StateClosed (connState), so no wrapper stands between fasthttp and
+// the *net.TCPConn that splice needs. A connection over a limit gets 503
+// SlowDown and is closed, before fasthttp ever sees it.
+type connLimiter struct {
+	net.Listener
+	maxTotal, maxPerIP int // <= 0: no bound
+	tls                bool
+	mu                 sync.Mutex
+	total              int
+	perIP              map[string]int
+	answering          chan struct{}
+	open               prometheus.Gauge
+	refused            *prometheus.CounterVec
+}
+
+func newConnLimiter(ln net.Listener, maxTotal, maxPerIP int, m *metrics) *connLimiter {
+	return &connLimiter{
+		Listener: ln, maxTotal: maxTotal, maxPerIP: maxPerIP, perIP: map[string]int{},
+		answering: make(chan struct{}, refusalAnswerers), open: m.connsOpen, refused: m.connsRefused,
+	}
+}
+
+func connIP(c net.Conn) string {
+	if a, ok := c.RemoteAddr().(*net.TCPAddr); ok {
+		return a.IP.String()
+	}
+	host, _, _ := net.SplitHostPort(c.RemoteAddr().String())
+	return host
+}
+
+// Accept returns the next connection within the limits; the others are
+// answered and closed here.
+func (l *connLimiter) Accept() (net.Conn, error) {
+	for {
+		c, err := l.Listener.Accept()
+		if err != nil {
+			return nil, err
+		}
+		if reason := l.take(connIP(c)); reason != "" {
+			l.refuse(c, reason)
+			continue
+		}
+		return c, nil
+	}
+}
+
+func (l *connLimiter) take(ip string) (refused string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.maxTotal > 0 && l.total >= l.maxTotal {
+		return "total"
+	}
+	if l.maxPerIP > 0 && l.perIP[ip] >= l.maxPerIP {
+		return "per_ip"
+	}
+	l.total++
+	l.perIP[ip]++
+	l.open.Inc()
+	return ""
+}
+
+// connState releases a connection's place when fasthttp is done with it.
+func (l *connLimiter) connState(c net.Conn, st fasthttp.ConnState) {
+	if st != fasthttp.StateClosed && st != fasthttp.StateHijacked {
+		return
+	}
+	ip := connIP(c)
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.total--
+	if l.perIP[ip]--; l.perIP[ip] <= 0 {
+		delete(l.perIP, ip) // the map holds only IPs with open connections
+	}
+	l.open.Dec()
+}
+
+// refuse answers a connection over a limit with 503 SlowDown, which S3 clients
+// retry with backoff. The answer is written, the write side shut, and what the
+// client already sent read (briefly), so that closing does not reset the
+// connection before the client has read the answer. A TLS connection is only
+// closed: answering it would need a handshake.
+func (l *connLimiter) refuse(c net.Conn, reason string) {
+	l.refused.WithLabelValues(reason).Inc()
+	if l.tls {
+		c.Close()
+		return
+	}
+	select {
+	case l.answering <- struct{}{}:
+	default:
+		c.Close()
+		return
+	}
+	go func() {
+		defer func() { <-l.answering }()
+		defer c.Close()
+		_ = c.SetDeadline(time.Now().Add(time.Second))
+		if _, err := c.Write(rawErrorResponse(errSlowDown, newRequestID())); err != nil {
+			return
+		}
+		if tc, ok := c.(*net.TCPConn); ok {
+			_ = tc.CloseWrite()
+		}
+		_, _ = io.CopyN(io.Discard, c, 64<<10)
+	}()
+}
+
+// bodyBudget bounds the bytes of small request bodies (XML documents, up to
+// maxSmallBody each) held whole at once. A request takes its body's declared
+// length before reading it and gives it back when its handler returns.
+type bodyBudget struct {
+	sem     *semaphore.Weighted
+	size    int64
+	wait    time.Duration
+	inUse   atomic.Int64
+	gauge   prometheus.Gauge
+	refused prometheus.Counter
+}
+
+func newBodyBudget(size int64, wait time.Duration, m *metrics) *bodyBudget {
+	return &bodyBudget{sem: semaphore.NewWeighted(size), size: size, wait: wait, gauge: m.bodyBytes, refused: m.bodyRefused}
+}
+
+// bodyLeaseKey is the request's user value holding the bytes it took.
+const bodyLeaseKey = "fencegate.bodyMemory"
+
+// takeBodyMemory reserves memory for a small body of decoded length n (< 0:
+// not declared, so the most a small body may be). When the budget stays spent
+// for its wait, the request gets 503 SlowDown and its connection is closed,
+// its body unread. A body larger than the whole budget could never fit.
+func (s *Server) takeBodyMemory(ctx *fasthttp.RequestCtx, n int64) *apiError {
+	if n < 0 {
+		n = maxSmallBody + 1
+	}
+	if n == 0 {
+		return nil
+	}
+	b := s.bodies
+	if n > b.size {
+		return withClose(errMaxMessageLength)
+	}
+	if !b.sem.TryAcquire(n) {
+		wctx, cancel := context.WithTimeout(context.Background(), b.wait)
+		err := b.sem.Acquire(wctx, n)
+		cancel()
+		if err != nil {
+			b.refused.Inc()
+			return withClose(errSlowDown)
+		}
+	}
+	b.inUse.Add(n)
+	b.gauge.Add(float64(n))
+	if prev, _ := ctx.UserValue(bodyLeaseKey).(int64); prev > 0 {
+		n += prev // not expected: one small body per request
+	}
+	ctx.SetUserValue(bodyLeaseKey, n)
+	return nil
+}
+
+// releaseBodyMemory gives back what the request took, once.
+func (s *Server) releaseBodyMemory(ctx *fasthttp.RequestCtx) {
+	n, _ := ctx.UserValue(bodyLeaseKey).(int64)
+	if n <= 0 {
+		return
+	}
+	ctx.RemoveUserValue(bodyLeaseKey)
+	b := s.bodies
+	b.inUse.Add(-n)
+	b.gauge.Sub(float64(n))
+	b.sem.Release(n)
+}
+
+// BodyMemoryInUse is the bytes of small request bodies held now (0 when no
+// request is reading or holding one).
+func (s *Server) BodyMemoryInUse() int64 { return s.bodies.inUse.Load() }
+
+// OpenConns is the number of open S3 client connections.
+func (s *Server) OpenConns() int {
+	s.conns.mu.Lock()
+	defer s.conns.mu.Unlock()
+	return s.conns.total
+}
