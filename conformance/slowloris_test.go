@@ -284,6 +284,8 @@ func TestConnLimitPerIPSlowDown(t *testing.T) {
 	for _, c := range held {
 		c.Close()
 	}
+	// The server counts a connection until it has seen it close.
+	waitFor(t, "the held connections to be released", 10*time.Second, func() bool { return g.Server.OpenConns() == 0 })
 	if _, err := once.PutObject(context.Background(), &s3.PutObjectInput{Bucket: &bucket, Key: aws.String("k"), Body: strings.NewReader("x")}); err != nil {
 		t.Fatalf("with places free: %v", err)
 	}
