@@ -284,7 +284,10 @@ func devExec(ctx context.Context, args []string) error {
 		return err
 	}
 	defer os.RemoveAll(tmp)
-	_ = os.Chmod(tmp, 0o755) // the cluster may run as another user
+	// Private to this user, yet enterable by the user PostgreSQL runs as.
+	if err := stack.MakePrivateDir(tmp); err != nil {
+		return err
+	}
 	pg, err := stack.StartPostgres(ctx, filepath.Join(tmp, "postgres"), 0, false)
 	if err != nil {
 		return err
