@@ -132,7 +132,7 @@ func Store(t testing.TB) stack.Endpoint {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, err := stack.StartSeaweed(ctx, bin, filepath.Join(d, "seaweedfs"), stack.SeaweedPorts{}, "FGTEST"+strings.ToUpper(RandomHex(7)), RandomHex(20))
+	s, err := stack.StartSeaweed(ctx, bin, filepath.Join(d, "seaweedfs"), stack.SeaweedPorts{}, "FGTEST"+strings.ToUpper(RandomHex(7)), RandomHex(20), stack.SeaweedHTTPClosed())
 	if err != nil {
 		t.Fatal(err)
 	}
