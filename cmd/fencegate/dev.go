@@ -139,7 +139,10 @@ func devRun(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	if err := os.MkdirAll(dir, 0o755); err != nil {
+	// Everything this process and the stores it starts create is the starting
+	// user's alone (SeaweedFS would write its files 0644).
+	syscall.Umask(0o077)
+	if err := stack.MakePrivateDir(dir); err != nil {
 		return err
 	}
 	statePath := filepath.Join(dir, "state.json")
@@ -158,7 +161,7 @@ func devRun(ctx context.Context, args []string) error {
 	}
 	defer pg.Stop()
 	fmt.Fprintln(os.Stderr, "starting SeaweedFS ...")
-	sw, err := stack.StartSeaweed(ctx, weed, filepath.Join(dir, "seaweedfs"), st.SeaweedPorts, st.StoreAccess, st.StoreSecret)
+	sw, err := stack.StartSeaweed(ctx, weed, filepath.Join(dir, "seaweedfs"), st.SeaweedPorts, st.StoreAccess, st.StoreSecret, stack.SeaweedHTTPClosed())
 	if err != nil {
 		return err
 	}
@@ -181,10 +184,12 @@ func devRun(ctx context.Context, args []string) error {
 	}
 	return runServe(ctx, cfg, func(s3Addr, adminAddr string) {
 		endpoint := "http://" + s3Addr
-		env := fmt.Sprintf("export FENCEGATE_ENDPOINT=%s\nexport AWS_ACCESS_KEY_ID=%s\nexport AWS_SECRET_ACCESS_KEY=%s\nexport AWS_DEFAULT_REGION=us-east-1\nexport AWS_REGION=us-east-1\nexport FENCEGATE_ADMIN_ENDPOINT=http://%s\nexport FENCEGATE_STORE_ENDPOINT=%s\nexport DATABASE_URL=%s\n",
-			endpoint, st.AccessKey, st.SecretKey, adminAddr, sw.URL, dbURL)
+		// FENCEGATE_SERVER_KEY lets `fencegate keys` work on this stack's database
+		// with nothing but the env file sourced.
+		env := fmt.Sprintf("export FENCEGATE_ENDPOINT=%s\nexport AWS_ACCESS_KEY_ID=%s\nexport AWS_SECRET_ACCESS_KEY=%s\nexport AWS_DEFAULT_REGION=us-east-1\nexport AWS_REGION=us-east-1\nexport FENCEGATE_ADMIN_ENDPOINT=http://%s\nexport FENCEGATE_STORE_ENDPOINT=%s\nexport DATABASE_URL=%s\nexport FENCEGATE_SERVER_KEY=%s\n",
+			endpoint, st.AccessKey, st.SecretKey, adminAddr, sw.URL, dbURL, st.ServerKey)
 		envPath := filepath.Join(dir, "env")
-		if err := os.WriteFile(envPath, []byte(env), 0o600); err != nil {
+		if err := stack.WritePrivateFile(envPath, []byte(env)); err != nil {
 			fmt.Fprintf(os.Stderr, "write %s: %v\n", envPath, err)
 		}
 		fmt.Printf(`
@@ -194,13 +199,14 @@ fencegate is up.
   secret key:   %s
   region:       us-east-1
   health:       http://%s/healthz   metrics: http://%s/metrics
-  data:         %s
+  database:     %s
+  data:         %s (private: folders 0700, files 0600)
 
   source %s
   aws --endpoint-url "$FENCEGATE_ENDPOINT" s3 ls
 
 Ctrl-C stops the gateway, SeaweedFS and PostgreSQL.
-`, endpoint, st.AccessKey, st.SecretKey, adminAddr, adminAddr, dir, envPath)
+`, endpoint, st.AccessKey, st.SecretKey, adminAddr, adminAddr, dbURL, dir, envPath)
 	})
 }
 
@@ -260,7 +266,7 @@ func writeJSON(path string, v any) error {
 	if err != nil {
 		return err
 	}
-	return os.WriteFile(path, b, 0o600)
+	return stack.WritePrivateFile(path, b)
 }
 
 // devExec runs a command (the test suite) against a throwaway stack.
@@ -284,14 +290,17 @@ func devExec(ctx context.Context, args []string) error {
 		return err
 	}
 	defer os.RemoveAll(tmp)
-	_ = os.Chmod(tmp, 0o755) // the cluster may run as another user
+	// Private to this user, yet enterable by the user PostgreSQL runs as.
+	if err := stack.MakePrivateDir(tmp); err != nil {
+		return err
+	}
 	pg, err := stack.StartPostgres(ctx, filepath.Join(tmp, "postgres"), 0, false)
 	if err != nil {
 		return err
 	}
 	defer pg.Stop()
 	access, secret := meta.NewKeyPair("FGTEST")
-	sw, err := stack.StartSeaweed(ctx, weed, filepath.Join(tmp, "seaweedfs"), stack.SeaweedPorts{}, access, secret)
+	sw, err := stack.StartSeaweed(ctx, weed, filepath.Join(tmp, "seaweedfs"), stack.SeaweedPorts{}, access, secret, stack.SeaweedHTTPClosed())
 	if err != nil {
 		return err
 	}

@@ -5,6 +5,7 @@
 package stack
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -22,11 +23,14 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
-// Postgres is a private PostgreSQL cluster run as a child process.
+// Postgres is a private PostgreSQL cluster run as a child process. Its only role,
+// postgres, logs in with a password (SCRAM) from 127.0.0.1 or a socket in the
+// cluster's own 0700 folder: other users of the machine cannot connect.
 type Postgres struct {
-	Dir  string // data folder
-	Port int
-	proc *proc
+	Dir      string // data folder
+	Port     int
+	password string
+	proc     *proc
 }
 
 // ErrNoPostgres is returned when the machine has no PostgreSQL server binaries.
@@ -52,9 +56,30 @@ func postgresBin(name string) (string, error) {
 	return best, nil
 }
 
+// PostgresPasswordFile is where the password of the cluster in dir is kept:
+// beside the cluster folder, not in it, so that it stays the starting user's
+// (the cluster folder belongs to the server's user) and initdb finds its
+// folder empty.
+func PostgresPasswordFile(dir string) string {
+	return filepath.Clean(dir) + ".password"
+}
+
+// pgHBA is the whole client authentication file: a password, checked with SCRAM,
+// on every connection, local or TCP, and nothing but loopback over TCP.
+const pgHBA = `# Written by fencegate at every start: every connection needs the password.
+local   all             all                                     scram-sha-256
+host    all             all             127.0.0.1/32            scram-sha-256
+host    all             all             ::1/128                 scram-sha-256
+local   replication     all                                     scram-sha-256
+host    replication     all             127.0.0.1/32            scram-sha-256
+host    replication     all             ::1/128                 scram-sha-256
+`
+
 // StartPostgres initialises dir as a cluster if it is empty and starts the server on
 // a free loopback port (or port, if non-zero). durable=false turns fsync off, for
-// throwaway test clusters.
+// throwaway test clusters. The password is generated with the cluster and kept in
+// PostgresPasswordFile(dir); a cluster of an older version, which trusted every
+// local connection, gets one at its next start.
 func StartPostgres(ctx context.Context, dir string, port int, durable bool) (*Postgres, error) {
 	initdb, err := postgresBin("initdb")
 	if err != nil {
@@ -67,12 +92,15 @@ func StartPostgres(ctx context.Context, dir string, port int, durable bool) (*Po
 	if dir, err = filepath.Abs(dir); err != nil {
 		return nil, err
 	}
+	// A parent this call creates is private too; an existing one (perhaps /tmp)
+	// is the caller's to choose.
+	if _, err := os.Stat(filepath.Dir(dir)); errors.Is(err, os.ErrNotExist) {
+		if err := MakePrivateDir(filepath.Dir(dir)); err != nil {
+			return nil, err
+		}
+	}
 	cred, err := serverCredential(dir)
 	if err != nil {
-		return nil, err
-	}
-	// Parents stay enterable for the server's user; the cluster folder is its own.
-	if err := os.MkdirAll(filepath.Dir(dir), 0o755); err != nil {
 		return nil, err
 	}
 	if err := os.Mkdir(dir, 0o700); err != nil && !os.IsExist(err) {
@@ -83,12 +111,26 @@ func StartPostgres(ctx context.Context, dir string, port int, durable bool) (*Po
 			return nil, err
 		}
 	}
+	if err := os.Chmod(dir, 0o700); err != nil {
+		return nil, err
+	}
+	password, created, err := loadOrCreateSecret(PostgresPasswordFile(dir))
+	if err != nil {
+		return nil, err
+	}
 	if _, err := os.Stat(filepath.Join(dir, "PG_VERSION")); err != nil {
-		cmd := exec.CommandContext(ctx, initdb, "-D", dir, "-U", "postgres", "--auth=trust", "-E", "UTF8", "--no-instructions")
-		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred, Pdeathsig: syscall.SIGKILL}
-		if out, err := cmd.CombinedOutput(); err != nil {
-			return nil, fmt.Errorf("initdb %s: %v\n%s", dir, err, out)
+		if err := runInitdb(ctx, initdb, dir, cred, password); err != nil {
+			return nil, err
 		}
+	} else if hba, _ := os.ReadFile(filepath.Join(dir, "pg_hba.conf")); created || string(hba) != pgHBA {
+		// A cluster from before passwords (trust authentication), or one whose
+		// upgrade stopped half-way: set the password before the file demands it.
+		if err := setPasswordSingleUser(ctx, postgres, dir, cred, password); err != nil {
+			return nil, err
+		}
+	}
+	if err := writeServerFile(filepath.Join(dir, "pg_hba.conf"), []byte(pgHBA), cred); err != nil {
+		return nil, err
 	}
 	if port == 0 {
 		if port, err = FreePort(); err != nil {
@@ -96,7 +138,9 @@ func StartPostgres(ctx context.Context, dir string, port int, durable bool) (*Po
 		}
 	}
 	args := []string{"-D", dir, "-p", strconv.Itoa(port), "-c", "listen_addresses=127.0.0.1",
-		"-c", "unix_socket_directories=" + dir, "-c", "max_connections=300", "-c", "shared_buffers=128MB"}
+		"-c", "unix_socket_directories=" + dir, "-c", "unix_socket_permissions=0700",
+		"-c", "password_encryption=scram-sha-256",
+		"-c", "max_connections=300", "-c", "shared_buffers=128MB"}
 	if !durable {
 		args = append(args, "-c", "fsync=off", "-c", "synchronous_commit=off", "-c", "full_page_writes=off")
 	}
@@ -104,12 +148,74 @@ func StartPostgres(ctx context.Context, dir string, port int, durable bool) (*Po
 	if err != nil {
 		return nil, err
 	}
-	pg := &Postgres{Dir: dir, Port: port, proc: p}
+	pg := &Postgres{Dir: dir, Port: port, password: password, proc: p}
 	if err := pg.waitReady(ctx, 60*time.Second); err != nil {
 		pg.Stop()
 		return nil, err
 	}
 	return pg, nil
+}
+
+// runInitdb creates the cluster with SCRAM authentication and the postgres role's
+// password. initdb reads the password from a file, which must be readable by
+// the server's user: a short-lived copy owned by that user, in the private
+// parent folder.
+func runInitdb(ctx context.Context, initdb, dir string, cred *syscall.Credential, password string) error {
+	f, err := os.CreateTemp(filepath.Dir(dir), ".pwfile-*")
+	if err != nil {
+		return err
+	}
+	pwfile := f.Name()
+	defer os.Remove(pwfile)
+	_, err = f.WriteString(password + "\n")
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil && cred != nil {
+		err = os.Chown(pwfile, int(cred.Uid), int(cred.Gid))
+	}
+	if err != nil {
+		return err
+	}
+	cmd := exec.CommandContext(ctx, initdb, "-D", dir, "-U", "postgres", "--auth=scram-sha-256", "--pwfile="+pwfile,
+		"-E", "UTF8", "--no-instructions")
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred, Pdeathsig: syscall.SIGKILL}
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("initdb %s: %v\n%s", dir, err, out)
+	}
+	return nil
+}
+
+// setPasswordSingleUser sets the postgres role's password with the server in
+// single-user mode: no listener is open, so the cluster is never reachable with
+// its old trust rules and a password set. The password goes in on stdin and is
+// blotted out of any output quoted in an error.
+func setPasswordSingleUser(ctx context.Context, postgres, dir string, cred *syscall.Credential, password string) error {
+	cmd := exec.CommandContext(ctx, postgres, "--single", "-D", dir, "-c", "password_encryption=scram-sha-256", "postgres")
+	cmd.Stdin = strings.NewReader("ALTER ROLE postgres WITH LOGIN SUPERUSER PASSWORD '" + password + "';\n")
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred, Pdeathsig: syscall.SIGKILL}
+	out, err := cmd.CombinedOutput()
+	if err == nil && bytes.Contains(out, []byte("ERROR:")) {
+		err = errors.New("the statement failed")
+	}
+	if err != nil {
+		return fmt.Errorf("set a password on the existing cluster in %s (made by an older fencegate, without one): %v\n%s\n"+
+			"starting over with `rm -rf %s` also works (its data is lost)",
+			dir, err, strings.ReplaceAll(string(out), password, "<password>"), filepath.Dir(dir))
+	}
+	return nil
+}
+
+// writeServerFile writes a file the server reads, in the cluster folder: owned by
+// the server's user and 0600, as PostgreSQL keeps its own.
+func writeServerFile(path string, data []byte, cred *syscall.Credential) error {
+	if err := WritePrivateFile(path, data); err != nil {
+		return err
+	}
+	if cred != nil {
+		return os.Chown(path, int(cred.Uid), int(cred.Gid))
+	}
+	return nil
 }
 
 func (pg *Postgres) waitReady(ctx context.Context, limit time.Duration) error {
@@ -134,9 +240,12 @@ func (pg *Postgres) waitReady(ctx context.Context, limit time.Duration) error {
 	}
 }
 
-// URL is a connection string for database db on this cluster.
+// URL is a connection string for database db on this cluster, password
+// included: a secret, never to be logged.
 func (pg *Postgres) URL(db string) string {
-	return fmt.Sprintf("postgres://postgres@127.0.0.1:%d/%s?sslmode=disable", pg.Port, db)
+	u := url.URL{Scheme: "postgres", User: url.UserPassword("postgres", pg.password),
+		Host: "127.0.0.1:" + strconv.Itoa(pg.Port), Path: "/" + db, RawQuery: "sslmode=disable"}
+	return u.String()
 }
 
 // Stop shuts the server down (fast shutdown, then kill) and waits for it.
@@ -146,9 +255,9 @@ func (pg *Postgres) Stop() {
 	}
 }
 
-// serverCredential: PostgreSQL refuses to run as root, so as root the cluster runs
-// as the `postgres` user (or `nobody`), who must be able to reach dir.
-func serverCredential(dir string) (*syscall.Credential, error) {
+// postgresUser: PostgreSQL refuses to run as root, so as root the cluster runs as
+// the `postgres` user (or `nobody`); nil otherwise.
+func postgresUser() (*syscall.Credential, error) {
 	if os.Geteuid() != 0 {
 		return nil, nil
 	}
@@ -164,16 +273,29 @@ func serverCredential(dir string) (*syscall.Credential, error) {
 	}
 	uid, _ := strconv.Atoi(u.Uid)
 	gid, _ := strconv.Atoi(u.Gid)
+	return &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}, nil
+}
+
+// serverCredential is the user the cluster in dir runs as (nil: this process's),
+// who must be able to reach dir: through folders others may enter, or, for
+// MakePrivateDir's folders, through its group.
+func serverCredential(dir string) (*syscall.Credential, error) {
+	cred, err := postgresUser()
+	if cred == nil || err != nil {
+		return cred, err
+	}
 	for p := filepath.Dir(dir); p != "/"; p = filepath.Dir(p) {
 		st, err := os.Stat(p)
 		if err != nil {
 			continue // not created yet
 		}
-		if st.Mode().Perm()&0o001 == 0 {
-			return nil, fmt.Errorf("PostgreSQL runs as user %s here (root is refused), who cannot enter %s: choose a data folder outside it (FENCEGATE_DEV_DIR) or `chmod o+x %s`", u.Username, p, p)
+		perm := st.Mode().Perm()
+		sys := st.Sys().(*syscall.Stat_t)
+		if perm&0o001 == 0 && (perm&0o010 == 0 || sys.Gid != cred.Gid) && (perm&0o100 == 0 || sys.Uid != cred.Uid) {
+			return nil, fmt.Errorf("PostgreSQL runs as uid %d here (root is refused), who cannot enter %s: choose a data folder outside it (FENCEGATE_DEV_DIR) or `chmod o+x %s`", cred.Uid, p, p)
 		}
 	}
-	return &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}, nil
+	return cred, nil
 }
 
 // CreateDatabase creates a fresh database named name (dropping any old one) on the

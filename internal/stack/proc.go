@@ -21,11 +21,17 @@ type proc struct {
 }
 
 func startProc(name, logPath string, cred *syscall.Credential, env []string, bin string, args ...string) (*proc, error) {
-	if err := os.MkdirAll(filepath.Dir(logPath), 0o755); err != nil {
+	if err := os.MkdirAll(filepath.Dir(logPath), 0o700); err != nil {
 		return nil, err
 	}
-	logf, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	// Logs hold object keys and database statements: the starting user's only,
+	// also when an older version created them 0644.
+	logf, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
 	if err != nil {
+		return nil, err
+	}
+	if err := logf.Chmod(0o600); err != nil {
+		logf.Close()
 		return nil, err
 	}
 	cmd := exec.Command(bin, args...)

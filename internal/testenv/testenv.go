@@ -63,8 +63,12 @@ func dir() (string, error) {
 	if err != nil {
 		return "", err
 	}
-	// The private PostgreSQL may run as another user (root is refused).
-	_ = os.Chmod(d, 0o755)
+	// Private to this user, yet enterable by the user PostgreSQL runs as (root
+	// is refused).
+	if err := stack.MakePrivateDir(d); err != nil {
+		os.RemoveAll(d)
+		return "", err
+	}
 	tmpRoot = d
 	cleanups = append(cleanups, func() { os.RemoveAll(d) })
 	return d, nil
@@ -128,7 +132,7 @@ func Store(t testing.TB) stack.Endpoint {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, err := stack.StartSeaweed(ctx, bin, filepath.Join(d, "seaweedfs"), stack.SeaweedPorts{}, "FGTEST"+strings.ToUpper(RandomHex(7)), RandomHex(20))
+	s, err := stack.StartSeaweed(ctx, bin, filepath.Join(d, "seaweedfs"), stack.SeaweedPorts{}, "FGTEST"+strings.ToUpper(RandomHex(7)), RandomHex(20), stack.SeaweedHTTPClosed())
 	if err != nil {
 		t.Fatal(err)
 	}
