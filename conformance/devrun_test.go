@@ -60,6 +60,11 @@ func TestDevRunComesUpAndStopsClean(t *testing.T) {
 	if _, err := ep.S3Client().ListBuckets(context.Background(), &s3.ListBucketsInput{}); err != nil {
 		t.Fatalf("ListBuckets with the env file's key: %v", err)
 	}
+	// So does the store's own key against the store (writes around the gateway).
+	store := stack.Endpoint{URL: env["FENCEGATE_STORE_ENDPOINT"], AccessKey: env["FENCEGATE_STORE_ACCESS_KEY_ID"], SecretKey: env["FENCEGATE_STORE_SECRET_ACCESS_KEY"], Region: env["AWS_DEFAULT_REGION"]}
+	if _, err := store.S3Client().ListBuckets(context.Background(), &s3.ListBucketsInput{}); err != nil {
+		t.Fatalf("ListBuckets at the store with the env file's store key: %v", err)
+	}
 	if !strings.Contains(out.String(), "aws --endpoint-url") {
 		t.Fatalf("no ready-to-paste aws command in the output:\n%s", out.String())
 	}

@@ -56,8 +56,13 @@ func (s *Server) admit(ctx *fasthttp.RequestCtx) (*request, *apiError) {
 	for k := range ctx.QueryArgs().All() {
 		queryKeys = append(queryKeys, string(k))
 	}
-	hdr, hdrErr := readHeaders(&ctx.Request.Header, ctx.QueryArgs())
+	hdr, e := readHeaders(&ctx.Request.Header, ctx.QueryArgs())
 	r.hdr = hdr
+	if e != nil {
+		// Refused before the signature is checked: how a client's signer
+		// orders two spellings of one header is its own affair.
+		return r, e
+	}
 	copySource := hdr.get("x-amz-copy-source")
 	r.op = Classify(string(ctx.Method()), bucket, key, queryKeys, copySource != "")
 
@@ -71,9 +76,6 @@ func (s *Server) admit(ctx *fasthttp.RequestCtx) (*request, *apiError) {
 	r.akey = s.keys.lookup(auth.AccessKeyID)
 	if r.akey == nil { // deleted between Verify and here
 		return r, errAccessDenied
-	}
-	if hdrErr != nil {
-		return r, hdrErr
 	}
 	if r.op.Unsupported {
 		return r, errNotImplemented

@@ -185,9 +185,11 @@ func devRun(ctx context.Context, args []string) error {
 	return runServe(ctx, cfg, func(s3Addr, adminAddr string) {
 		endpoint := "http://" + s3Addr
 		// FENCEGATE_SERVER_KEY lets `fencegate keys` work on this stack's database
-		// with nothing but the env file sourced.
-		env := fmt.Sprintf("export FENCEGATE_ENDPOINT=%s\nexport AWS_ACCESS_KEY_ID=%s\nexport AWS_SECRET_ACCESS_KEY=%s\nexport AWS_DEFAULT_REGION=us-east-1\nexport AWS_REGION=us-east-1\nexport FENCEGATE_ADMIN_ENDPOINT=http://%s\nexport FENCEGATE_STORE_ENDPOINT=%s\nexport DATABASE_URL=%s\nexport FENCEGATE_SERVER_KEY=%s\n",
-			endpoint, st.AccessKey, st.SecretKey, adminAddr, sw.URL, dbURL, st.ServerKey)
+		// with nothing but the env file sourced; the store's own key lets an
+		// operator write around the gateway on purpose (a backfill, a test of
+		// convergence).
+		env := fmt.Sprintf("export FENCEGATE_ENDPOINT=%s\nexport AWS_ACCESS_KEY_ID=%s\nexport AWS_SECRET_ACCESS_KEY=%s\nexport AWS_DEFAULT_REGION=us-east-1\nexport AWS_REGION=us-east-1\nexport FENCEGATE_ADMIN_ENDPOINT=http://%s\nexport FENCEGATE_STORE_ENDPOINT=%s\nexport FENCEGATE_STORE_ACCESS_KEY_ID=%s\nexport FENCEGATE_STORE_SECRET_ACCESS_KEY=%s\nexport DATABASE_URL=%s\nexport FENCEGATE_SERVER_KEY=%s\n",
+			endpoint, st.AccessKey, st.SecretKey, adminAddr, sw.URL, st.StoreAccess, st.StoreSecret, dbURL, st.ServerKey)
 		envPath := filepath.Join(dir, "env")
 		if err := stack.WritePrivateFile(envPath, []byte(env)); err != nil {
 			fmt.Fprintf(os.Stderr, "write %s: %v\n", envPath, err)
