@@ -165,23 +165,39 @@ func (s *Server) deleteOne(r *request, key, version string, wait bool) deleteOut
 		setFence(req.Header, fence, "delete")
 	}
 	sent = true
-	resp, err := s.backend.send(req, emptySHA256)
-	if err != nil {
-		l.Finish(meta.StateUnknown, "no answer from the store: "+err.Error())
-		return fail(errStoreUnreached)
+	var resp *http.Response
+	var body []byte
+	for try := 0; ; try++ {
+		if resp, err = s.backend.send(req, emptySHA256); err != nil {
+			l.Finish(meta.StateUnknown, "no answer from the store: "+err.Error())
+			return fail(errStoreUnreached)
+		}
+		body, _ = readResult(resp)
+		if version != "" || !fenceRefusal(resp.StatusCode, fence) {
+			break
+		}
+		// As in writeKey: only a fresh HEAD tells a stale fence (the key changed
+		// around the gateway; try once more on what is there now) from the
+		// store's own refusal, and it settles the catalog.
+		now, err := l.Resettle(context.Background(), s.store)
+		if err != nil || try > 0 {
+			l.Finish(meta.StateFailed, "the store refused fencegate's condition")
+			return fail(errSlowDown)
+		}
+		if now == fence {
+			break
+		}
+		fence = now
+		setFence(req.Header, fence, "delete")
 	}
-	body, _ := readResult(resp)
 	switch {
 	case version != "":
-		// Removing a version changes the key only if it was current: settle again.
-		if _, err := l.Settle(context.Background(), s.store); err != nil {
+		// Removing a version changes the key only if it was current: settle
+		// again from what the store now holds.
+		if _, err := l.Resettle(context.Background(), s.store); err != nil {
 			s.deps.Log.Warn("settle after a versioned delete failed", "bucket", r.bucket, "key", key, "err", err)
 		}
 		l.Finish(meta.StateFailed, "a versioned delete publishes nothing itself; the key was settled after it")
-	case resp.StatusCode == http.StatusPreconditionFailed || resp.StatusCode == http.StatusNotFound && fence.Exists:
-		_, _ = l.Settle(context.Background(), s.store)
-		l.Finish(meta.StateFailed, "the store refused fencegate's condition")
-		return fail(errSlowDown)
 	case resp.StatusCode/100 != 2:
 		l.Finish(meta.StateFailed, "the store answered "+resp.Status)
 		return fail(&apiError{Code: orDefault(xmlElement(body, "Code"), "InternalError"), Message: xmlElement(body, "Message")})

@@ -97,6 +97,18 @@ type upstream struct {
 	guard       *bodyGuard    // the client's body, when it streams
 	enc         *chunkEncoder // its upstream framing
 	cancel      context.CancelFunc
+	body        []byte // a small body, kept so the request can be sent again
+}
+
+// replayable reports whether the request can be sent a second time: it has no
+// streamed body (a streamed body is consumed by its one sending).
+func (u *upstream) replayable() bool { return u.guard == nil }
+
+// rewind readies a replayable request to be sent again.
+func (u *upstream) rewind() {
+	if len(u.body) > 0 {
+		u.req.Body = io.NopCloser(bytes.NewReader(u.body))
+	}
 }
 
 // bodyComplete reports whether the store could have received a whole body: a
@@ -166,6 +178,7 @@ func (u *upstream) setBody(body []byte) {
 	}
 	sum := sha256.Sum256(body)
 	u.payloadHash = hex.EncodeToString(sum[:])
+	u.body = body
 	u.req.Body = io.NopCloser(bytes.NewReader(body))
 	u.req.ContentLength = int64(len(body))
 }

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -83,17 +84,24 @@ func (p *storeConns) roundTrip(req *http.Request) (*http.Response, error) {
 		if err != nil {
 			return nil, err
 		}
+		// The caller's context bounds the whole exchange, the wait for the
+		// answer's head included (a hung store must not hold a lease or the
+		// reconciler), and then the body's reads.
+		stop := context.AfterFunc(req.Context(), func() { _ = sc.c.SetDeadline(time.Unix(1, 0)) })
 		resp, err := sc.exchange(req)
 		if err == nil {
-			b := &storeBody{sc: sc, pool: p, resp: resp, body: resp.Body}
+			b := &storeBody{sc: sc, pool: p, resp: resp, body: resp.Body, stop: stop}
 			if resp.Body == http.NoBody {
 				b.err = io.EOF // HEAD, 204, 304, an empty object: nothing to read
 			}
-			b.stop = context.AfterFunc(req.Context(), func() { _ = sc.c.SetDeadline(time.Unix(1, 0)) })
 			resp.Body = b
 			return resp, nil
 		}
+		stop()
 		sc.c.Close()
+		if cerr := req.Context().Err(); cerr != nil {
+			return nil, fmt.Errorf("%w (%w)", cerr, err)
+		}
 		if !reused || attempt > 0 || !staleConnError(err) || req.Context().Err() != nil {
 			return nil, err
 		}

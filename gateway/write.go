@@ -1,8 +1,10 @@
 package gateway
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"io"
 	"net/http"
 	"strconv"
 
@@ -103,31 +105,54 @@ func (s *Server) writeKey(ctx *fasthttp.RequestCtx, r *request, u *upstream, w k
 		}
 	}()
 	sent = true
-	resp, e := s.roundTrip(ctx, r, u)
-	if e != nil {
-		// Nothing can have been published if the body never completed.
-		if u.bodyComplete() {
-			if l.IsLost() {
-				e = errLeaseLost
+	var resp *http.Response
+	for try := 0; ; try++ {
+		var e *apiError
+		resp, e = s.roundTrip(ctx, r, u)
+		if e != nil {
+			// Nothing can have been published if the body never completed.
+			if u.bodyComplete() {
+				if l.IsLost() {
+					e = errLeaseLost
+				}
+				l.Finish(meta.StateUnknown, "no answer from the store: "+e.Code)
+			} else {
+				l.Finish(meta.StateFailed, "the request body never completed: "+e.Code)
 			}
-			l.Finish(meta.StateUnknown, "no answer from the store: "+e.Code)
-		} else {
-			l.Finish(meta.StateFailed, "the request body never completed: "+e.Code)
+			return e
 		}
-		return e
-	}
-	status := resp.StatusCode
-	if status == http.StatusPreconditionFailed || status == http.StatusNotFound && ourFence && fence.Exists {
-		if ourFence {
-			// fencegate's own condition was refused: nothing was written. Settle
-			// what is there now, and let the client try again.
+		if !ourFence || !fenceRefusal(resp.StatusCode, fence) {
+			break
+		}
+		// The store refused: fencegate's fence, or the request itself (a missing
+		// upload or copy source answers 404 too). Nothing was written either way.
+		// Only a fresh HEAD tells which, and it brings the catalog up to what the
+		// store holds (a write around the gateway becomes an external generation).
+		keepAnswer(resp)
+		now, err := l.Resettle(context.Background(), s.store)
+		if err != nil {
 			drain(resp)
-			if _, err := l.Settle(context.Background(), s.store); err != nil {
-				s.deps.Log.Warn("settle after a refused fence failed", "request_id", r.id, "err", err)
-			}
-			l.Finish(meta.StateFailed, "the store refused fencegate's condition")
+			s.deps.Log.Warn("settle after a refused fence failed", "request_id", r.id, "err", err)
+			l.Finish(meta.StateFailed, "the store refused the write; settling the key failed: "+err.Error())
 			return errSlowDown
 		}
+		if now == fence {
+			l.Finish(meta.StateFailed, "the store refused the request itself: "+resp.Status)
+			return s.relay(ctx, r, resp)
+		}
+		drain(resp)
+		if try > 0 || !u.replayable() {
+			// A streamed body was consumed by its one sending: the client tries
+			// again (S3 clients retry 503), and finds the key settled.
+			l.Finish(meta.StateFailed, "the store refused fencegate's condition: the key had changed around the gateway")
+			return errSlowDown
+		}
+		fence = now
+		setFence(u.req.Header, fence, w.op)
+		u.rewind()
+	}
+	status := resp.StatusCode
+	if status == http.StatusPreconditionFailed { // only ever the client's own condition here
 		l.Finish(meta.StateFailed, "the store refused the client's condition")
 		return s.relay(ctx, r, resp)
 	}
@@ -164,8 +189,26 @@ func (s *Server) writeKey(ctx *fasthttp.RequestCtx, r *request, u *upstream, w k
 	return s.relay(ctx, r, resp)
 }
 
+// fenceRefusal reports an answer that may be the store refusing fencegate's
+// fence: 412, or 404 to an If-Match (some stores answer an If-Match on an
+// absent key so).
+func fenceRefusal(status int, f lease.Fence) bool {
+	return status == http.StatusPreconditionFailed || status == http.StatusNotFound && f.Exists
+}
+
+// keepAnswer reads a small store answer into memory so it can be relayed after
+// the connection is given back.
+func keepAnswer(resp *http.Response) {
+	b, _ := io.ReadAll(io.LimitReader(resp.Body, maxPeekedError))
+	resp.Body.Close()
+	resp.Body = io.NopCloser(bytes.NewReader(b))
+	resp.ContentLength = int64(len(b))
+}
+
 // setFence conditions the write on the state the key was settled at (W3).
 func setFence(h http.Header, f lease.Fence, op string) {
+	h.Del("If-Match")
+	h.Del("If-None-Match")
 	if f.Exists {
 		h.Set("If-Match", `"`+f.ETag+`"`)
 		return
@@ -228,7 +271,7 @@ func (s *Server) versionedDelete(ctx *fasthttp.RequestCtx, r *request) *apiError
 	}
 	defer l.Close(true)
 	e := s.forward(ctx, r)
-	if _, err := l.Settle(context.Background(), s.store); err != nil {
+	if _, err := l.Resettle(context.Background(), s.store); err != nil {
 		s.deps.Log.Warn("settle after a versioned delete failed", "request_id", r.id, "err", err)
 	}
 	l.Finish(meta.StateFailed, "a versioned delete publishes nothing itself; the key was settled after it")

@@ -44,6 +44,20 @@ type Fence struct {
 // lease, with no storage I/O inside any transaction. It returns the fence for
 // the write that follows.
 func (l *Lease) Settle(ctx context.Context, store Store) (Fence, error) {
+	return l.settle(ctx, store, l.req.MayHaveLanded)
+}
+
+// Resettle settles the key from a fresh HEAD, whatever the catalog says: the
+// store has just refused a fence built from the catalog (the key changed
+// around the gateway), or a write whose effect the catalog cannot predict (a
+// versioned delete) has run. Trusting the catalog here would fence the next
+// write on the same stale state forever.
+func (l *Lease) Resettle(ctx context.Context, store Store) (Fence, error) {
+	l.acquiredState = nil
+	return l.settle(ctx, store, true)
+}
+
+func (l *Lease) settle(ctx context.Context, store Store, mustHead bool) (Fence, error) {
 	m := l.m
 	var ks meta.KeyState
 	if l.acquiredState != nil {
@@ -64,7 +78,7 @@ func (l *Lease) Settle(ctx context.Context, store Store) (Fence, error) {
 		}
 	}
 	e := ks.Entry
-	if len(unresolved) == 0 && (e != nil || ks.BucketComplete) && !l.req.MayHaveLanded {
+	if len(unresolved) == 0 && (e != nil || ks.BucketComplete) && !mustHead {
 		m.Metrics.Settlements.WithLabelValues("in_sync").Inc()
 		return fenceOf(e), nil
 	}
@@ -145,6 +159,8 @@ func (l *Lease) record(ctx context.Context, e *meta.Entry, unresolved []meta.Att
 			p.Settled, p.SettledState = a.ID, meta.StateAdopted
 			p.Entry.Origin, p.Entry.AttemptID = meta.OriginAdopted, a.ID
 			kind = "adopted"
+		} else if l.earlierVersion(ctx, obj) {
+			p.Entry.AttemptID = obj.AttemptID
 		} else {
 			p.Entry.AttemptID = "" // foreign or absent attribution
 		}
@@ -189,4 +205,19 @@ func (l *Lease) attribute(ctx context.Context, unresolved []meta.Attempt, obj Ob
 		return meta.Attempt{}, false
 	}
 	return a, true
+}
+
+// earlierVersion reports bytes written by an earlier, committed attempt of
+// this key: in a versioned bucket, deleting the current version makes an older
+// one current again. The catalog records it as found (external) but keeps its
+// true attribution, so it matches what the store holds.
+func (l *Lease) earlierVersion(ctx context.Context, obj Object) bool {
+	if obj.AttemptID == "" {
+		return false
+	}
+	dctx, cancel := l.m.dbctx(ctx)
+	defer cancel()
+	a, err := l.m.db.AttemptByID(dctx, obj.AttemptID)
+	return err == nil && a.Bucket == l.Bucket && a.Key == l.Key &&
+		(a.State == meta.StateCommitted || a.State == meta.StateAdopted)
 }
