@@ -2,9 +2,11 @@ package gateway
 
 import (
 	"context"
+	"errors"
 	"net/http"
 	"net/url"
 	"strings"
+	"time"
 
 	"github.com/valyala/fasthttp"
 
@@ -29,32 +31,36 @@ func (s *Server) copyObject(ctx *fasthttp.RequestCtx, r *request) *apiError {
 			versionID = v.Get("versionId")
 		}
 	}
-	hctx, cancel := context.WithTimeout(context.Background(), s.leases.Config().DBTimeout)
+	hctx, cancel := context.WithTimeout(context.Background(), copySourceHeadTimeout)
 	var info objectInfo
 	err := s.store.head(hctx, srcBucket, srcKey, versionID, &info)
 	cancel()
 	if err != nil {
-		s.deps.Log.Warn("HEAD of a copy source failed", "request_id", r.id, "err", err)
-	}
-	if info.Exists {
-		if e := copySourceConditions(r.hdr, info); e != nil {
-			return e
+		// Never a copy without its source read: it would be unleased and
+		// unattributed. Nothing was sent.
+		var se *storeStatusError
+		if errors.As(err, &se) && se.Status == http.StatusBadRequest {
+			return newAPIError("InvalidArgument", http.StatusBadRequest, "Invalid copy source (version id).")
 		}
+		if errors.As(err, &se) && se.Status == http.StatusForbidden {
+			return errAccessDenied
+		}
+		s.deps.Log.Warn("HEAD of a copy source failed", "request_id", r.id, "err", err)
+		return errStoreUnreached
+	}
+	if !info.Exists {
+		return errNoSuchKey
+	}
+	if e := copySourceConditions(r.hdr, info); e != nil {
+		return e
 	}
 	replace := strings.EqualFold(strings.TrimSpace(r.hdr.get("x-amz-metadata-directive")), "REPLACE")
-	if !replace && !info.Exists {
-		// Nothing to restate: the store will answer for the missing source.
-		return s.forward(ctx, r)
-	}
 	u, e := s.buildUpstream(ctx, r)
 	if e != nil {
 		return e
 	}
 	defer u.finish(r)
-	declared := int64(-1)
-	if info.Exists {
-		declared = info.Size
-	}
+	declared := info.Size
 	return s.writeKey(ctx, r, u, keyWrite{
 		op: "copy", declared: declared, clientCond: hasClientCondition(r),
 		prepare: func(u *upstream, id string) *apiError {
@@ -108,6 +114,12 @@ func hasHeaderFold(h http.Header, name string) bool {
 	}
 	return false
 }
+
+// copySourceHeadTimeout bounds the read of a copy's source (a store call, not
+// a database one).
+const copySourceHeadTimeout = 30 * time.Second
+
+var errNoSuchKey = newAPIError("NoSuchKey", http.StatusNotFound, "The specified key does not exist.")
 
 var errPreconditionFailed = newAPIError("PreconditionFailed", http.StatusPreconditionFailed,
 	"At least one of the pre-conditions you specified did not hold")

@@ -65,8 +65,19 @@ func (v storeView) head(ctx context.Context, bucket, key, versionID string, out 
 		}
 		return nil
 	default:
-		return fmt.Errorf("HEAD %s/%s: store answered %s", bucket, key, resp.Status)
+		return &storeStatusError{Status: resp.StatusCode, What: fmt.Sprintf("HEAD %s/%s", bucket, key)}
 	}
+}
+
+// storeStatusError is a store answer that is neither the object nor its
+// absence (a bad version id, a refusal, a 5xx).
+type storeStatusError struct {
+	Status int
+	What   string
+}
+
+func (e *storeStatusError) Error() string {
+	return fmt.Sprintf("%s: store answered %d %s", e.What, e.Status, http.StatusText(e.Status))
 }
 
 func trimETag(s string) string { return strings.Trim(strings.TrimSpace(s), `"`) }
