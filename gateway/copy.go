@@ -61,8 +61,9 @@ func (s *Server) copyObject(ctx *fasthttp.RequestCtx, r *request) *apiError {
 	}
 	defer u.finish(r)
 	declared := info.Size
+	pinned := !r.hdr.has("x-amz-copy-source-if-match")
 	return s.writeKey(ctx, r, u, keyWrite{
-		op: "copy", declared: declared, clientCond: hasClientCondition(r),
+		op: "copy", declared: declared, clientCond: hasClientCondition(r), pinnedSource: pinned,
 		prepare: func(u *upstream, id string) *apiError {
 			h := u.req.Header
 			if !replace {
@@ -89,9 +90,11 @@ func (s *Server) copyObject(ctx *fasthttp.RequestCtx, r *request) *apiError {
 					}
 				}
 				h.Set("X-Amz-Metadata-Directive", "REPLACE")
-				if !hasHeaderFold(h, "X-Amz-Copy-Source-If-Match") {
-					h.Set("X-Amz-Copy-Source-If-Match", `"`+info.ETag+`"`)
-				}
+			}
+			if pinned {
+				// The copy is of the version that was read: its size is the
+				// one recorded, and what COPY restated is that version's.
+				h.Set("X-Amz-Copy-Source-If-Match", `"`+info.ETag+`"`)
 			}
 			h.Set(attemptHeader, id)
 			return nil
@@ -104,15 +107,6 @@ func (s *Server) copyObject(ctx *fasthttp.RequestCtx, r *request) *apiError {
 			return meta.Entry{ETag: trimETag(xmlElement(body, "ETag")), Size: declared}, nil
 		},
 	})
-}
-
-func hasHeaderFold(h http.Header, name string) bool {
-	for k := range h {
-		if strings.EqualFold(k, name) {
-			return true
-		}
-	}
-	return false
 }
 
 // copySourceHeadTimeout bounds the read of a copy's source (a store call, not

@@ -36,7 +36,12 @@ type keyWrite struct {
 	// mayHaveLanded: that attempt's earlier try has an unknown outcome.
 	mayHaveLanded bool
 	clientCond    bool // the client sent If-Match / If-None-Match itself
-	prepare       func(u *upstream, attemptID string) *apiError
+	// pinnedSource: fencegate conditioned a copy on the source version it read
+	// (x-amz-copy-source-if-match), so a 412 that is not the fence means the
+	// source changed meanwhile: the client, who asked for no condition, may
+	// simply try again.
+	pinnedSource bool
+	prepare      func(u *upstream, attemptID string) *apiError
 	// afterSettle may answer the request itself once the key is settled (a
 	// repeated Complete whose first attempt turned out to have landed).
 	afterSettle func() (done bool, e *apiError)
@@ -138,6 +143,10 @@ func (s *Server) writeKey(ctx *fasthttp.RequestCtx, r *request, u *upstream, w k
 		}
 		if now == fence {
 			l.Finish(meta.StateFailed, "the store refused the request itself: "+resp.Status)
+			if w.pinnedSource && resp.StatusCode == http.StatusPreconditionFailed {
+				drain(resp)
+				return errSlowDown
+			}
 			return s.relay(ctx, r, resp)
 		}
 		drain(resp)
