@@ -164,6 +164,7 @@ func (s *Server) deleteOne(r *request, key, version string, wait bool) deleteOut
 	if version == "" {
 		setFence(req.Header, fence, "delete")
 	}
+	s.noteUnfenced(r.id, r.bucket, key, "delete")
 	sent = true
 	var resp *http.Response
 	var body []byte

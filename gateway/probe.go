@@ -85,12 +85,21 @@ func (s *Server) Probe(ctx context.Context, bucket string) (ProbeResult, error) 
 	copyHeaders := map[string]string{"If-None-Match": "*", "X-Amz-Copy-Source": "/" + bucket + "/" + base}
 	st, _ = p.status(ctx, http.MethodPut, dest, nil, copyHeaders, "")
 	add("CopyObject If-None-Match on an existing destination", st == 412, statusNote(st))
+	copyHeaders = map[string]string{"If-Match": `"0000"`, "X-Amz-Copy-Source": "/" + bucket + "/" + base}
+	st, _ = p.status(ctx, http.MethodPut, dest, nil, copyHeaders, "")
+	add("CopyObject If-Match with a stale ETag on the destination", st == 412, statusNote(st))
 
-	ok, note := p.completeFenced(ctx, base)
+	ok, note := p.completeFenced(ctx, base, map[string]string{"If-None-Match": "*"})
 	add("CompleteMultipartUpload If-None-Match on an existing key", ok, note)
+	ok, note = p.completeFenced(ctx, base, map[string]string{"If-Match": `"0000"`})
+	add("CompleteMultipartUpload If-Match with a stale ETag", ok, note)
 
 	st, _ = p.status(ctx, http.MethodDelete, base, nil, map[string]string{"If-Match": `"0000"`}, "")
 	add("DeleteObject If-Match with a stale ETag", st == 412, statusNote(st))
+	// fencegate deletes a key the catalog says is absent without a condition:
+	// S3 answers that delete with success and changes nothing.
+	st, _ = p.status(ctx, http.MethodDelete, p.prefix+"never-written", nil, nil, "")
+	add("DeleteObject on an absent key", st == 204 || st == 200, statusNote(st))
 
 	ok, note = p.truncated(ctx)
 	add("aws-chunked body cut short is not published", ok, note)
@@ -108,6 +117,19 @@ func (p *prober) keepsBackslash(ctx context.Context) bool {
 	}
 	st, _ := p.status(ctx, http.MethodHead, p.prefix+"fold/x", nil, nil, "")
 	return st == http.StatusNotFound
+}
+
+// FencingUnproven puts the gateway in the documented weaker mode: the store's
+// fencing was not proven (why), so every keyed write logs a warning that it
+// may not be protected against a stale writer.
+func (s *Server) FencingUnproven(why string) { s.fencingUnproven.Store(&why) }
+
+// noteUnfenced logs one line for a write made in the weaker mode.
+func (s *Server) noteUnfenced(requestID, bucket, key, op string) {
+	if why := s.fencingUnproven.Load(); why != nil {
+		s.deps.Log.Warn("write not proven fenced: the store's conditional writes are unproven",
+			"request_id", requestID, "bucket", bucket, "key", key, "op", op, "why", *why)
+	}
 }
 
 // probeRequestTimeout is generous: a store's first write to a new bucket may
@@ -200,7 +222,7 @@ func (p *prober) put(ctx context.Context, key string, body []byte) (string, erro
 	return trimETag(a.header.Get("ETag")), nil
 }
 
-func (p *prober) completeFenced(ctx context.Context, key string) (bool, string) {
+func (p *prober) completeFenced(ctx context.Context, key string, cond map[string]string) (bool, string) {
 	st, body := p.status(ctx, http.MethodPost, key, nil, nil, "uploads")
 	uploadID := xmlElement(body, "UploadId")
 	if st != 200 || uploadID == "" {
@@ -212,7 +234,7 @@ func (p *prober) completeFenced(ctx context.Context, key string) (bool, string) 
 		return false, err.Error()
 	}
 	doc := []byte("<CompleteMultipartUpload><Part><PartNumber>1</PartNumber><ETag>" + part.header.Get("ETag") + "</ETag></Part></CompleteMultipartUpload>")
-	st, _ = p.status(ctx, http.MethodPost, key, doc, map[string]string{"If-None-Match": "*"}, "uploadId="+uploadID)
+	st, _ = p.status(ctx, http.MethodPost, key, doc, cond, "uploadId="+uploadID)
 	return st == 412, statusNote(st)
 }
 

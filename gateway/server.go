@@ -131,10 +131,13 @@ type Server struct {
 	// keepsBackslash: the probe proved the store keeps '\' in keys distinct
 	// from '/' (keyname.go).
 	keepsBackslash atomic.Bool
-	conns          *connLimiter
-	bodies         *bodyBudget
-	wg             sync.WaitGroup
-	errc           chan error
+	// fencingUnproven is why the store's fencing is unproven (the probe failed
+	// or was skipped); "" when it was proven. Every write then says so.
+	fencingUnproven atomic.Pointer[string]
+	conns           *connLimiter
+	bodies          *bodyBudget
+	wg              sync.WaitGroup
+	errc            chan error
 }
 
 // New loads the access keys and binds the listeners (so callers know the

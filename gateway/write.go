@@ -109,6 +109,7 @@ func (s *Server) writeKey(ctx *fasthttp.RequestCtx, r *request, u *upstream, w k
 		case <-stopWatch:
 		}
 	}()
+	s.noteUnfenced(r.id, r.bucket, r.key, w.op)
 	sent = true
 	var resp *http.Response
 	for try := 0; ; try++ {

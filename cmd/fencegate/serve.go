@@ -203,6 +203,7 @@ func probeStore(ctx context.Context, srv *gateway.Server, cfg serveConfig, log *
 			return errors.New("--require-fencing needs the start-up probe (set --probe-bucket)")
 		}
 		log.Warn("start-up probe skipped: the store's fencing is unproven")
+		srv.FencingUnproven("the start-up probe was skipped")
 		return nil
 	}
 	res, err := srv.Probe(ctx, cfg.ProbeBucket)
@@ -211,10 +212,12 @@ func probeStore(ctx context.Context, srv *gateway.Server, cfg serveConfig, log *
 		return fmt.Errorf("start-up probe: %w", err)
 	case err != nil:
 		log.Error("START-UP PROBE FAILED: the store's fencing is unproven; writes are NOT protected against stale writers", "err", err)
+		srv.FencingUnproven("the start-up probe failed: " + err.Error())
 	case !res.Fenced() && cfg.RequireFencing:
 		return fmt.Errorf("the store does not reject mismatched conditions (--require-fencing): %s", res)
 	case !res.Fenced():
 		log.Error("WEAKER MODE: the store does not reject every mismatched condition or truncated body; a writer that lost its lease may overwrite newer data", "probe", res.String())
+		srv.FencingUnproven(res.String())
 	default:
 		log.Info("start-up probe: the store rejects mismatched conditions and truncated bodies", "probe", res.String())
 	}
