@@ -3,16 +3,12 @@ package gateway
 import (
 	"context"
 	"encoding/xml"
-	"errors"
 	"net/http"
 	"net/url"
 	"sort"
 	"sync"
 
 	"github.com/valyala/fasthttp"
-
-	"github.com/fencegate/fencegate/lease"
-	"github.com/fencegate/fencegate/meta"
 )
 
 type deleteRequest struct {
@@ -119,7 +115,8 @@ func (s *Server) deleteObjects(ctx *fasthttp.RequestCtx, r *request) *apiError {
 	return nil
 }
 
-// deleteOne deletes one key (or one version of it) under its lease, fenced.
+// deleteOne deletes one key (or one version of it) through the write
+// protocol, as its own keyed write.
 func (s *Server) deleteOne(r *request, key, version string, wait bool) deleteOutcome {
 	res := deleteOutcome{key: key, version: version}
 	fail := func(e *apiError) deleteOutcome {
@@ -129,87 +126,28 @@ func (s *Server) deleteOne(r *request, key, version string, wait bool) deleteOut
 	if e := s.checkKey(key); e != nil {
 		return fail(e)
 	}
-	l, err := s.leases.Acquire(context.Background(), lease.Request{Bucket: r.bucket, Key: key, Op: "delete", DeclaredSize: -1, NoWait: !wait})
-	if err != nil {
-		if errors.Is(err, lease.ErrBusy) && !wait {
-			res.busy = true
-			return res
-		}
-		return fail(leaseError(err))
-	}
-	sent := false
-	defer func() { l.Close(sent) }()
-	fence, err := l.Settle(context.Background(), s.store)
-	if err != nil {
-		l.Finish(meta.StateFailed, "settling the key failed: "+err.Error())
-		return fail(errSlowDown)
-	}
-	uctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	go func() {
-		select {
-		case <-l.Lost():
-			cancel()
-		case <-uctx.Done():
-		}
-	}()
 	q := ""
 	if version != "" {
 		q = "versionId=" + url.QueryEscape(version)
 	}
+	uctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
 	req, err := s.backend.newRequest(uctx, http.MethodDelete, LevelObject, r.bucket, key, q)
 	if err != nil {
 		return fail(errInternal)
 	}
-	if version == "" {
-		setFence(req.Header, fence, "delete")
-	}
-	s.noteUnfenced(r.id, r.bucket, key, "delete")
-	sent = true
-	var resp *http.Response
-	var body []byte
-	for try := 0; ; try++ {
-		if resp, err = s.backend.send(req, emptySHA256); err != nil {
-			l.Finish(meta.StateUnknown, "no answer from the store: "+err.Error())
-			return fail(errStoreUnreached)
-		}
-		body, _ = readResult(resp)
-		if version != "" || !fenceRefusal(resp.StatusCode, fence) {
-			break
-		}
-		// As in writeKey: only a fresh HEAD tells a stale fence (the key changed
-		// around the gateway; try once more on what is there now) from the
-		// store's own refusal, and it settles the catalog.
-		now, err := l.Resettle(context.Background(), s.store)
-		if err != nil || try > 0 {
-			l.Finish(meta.StateFailed, "the store refused fencegate's condition")
-			return fail(errSlowDown)
-		}
-		if now == fence {
-			break
-		}
-		fence = now
-		setFence(req.Header, fence, "delete")
-	}
+	u := &upstream{req: req, payloadHash: emptySHA256, cancel: cancel}
+	o := s.keyedWrite(nil, r, u, keyWrite{op: "delete", key: key, declared: -1, noWait: !wait, version: version != "",
+		acknowledge: deleted})
 	switch {
-	case version != "":
-		// Removing a version changes the key only if it was current: settle
-		// again from what the store now holds.
-		if _, err := l.Resettle(context.Background(), s.store); err != nil {
-			s.deps.Log.Warn("settle after a versioned delete failed", "bucket", r.bucket, "key", key, "err", err)
-		}
-		l.Finish(meta.StateFailed, "a versioned delete publishes nothing itself; the key was settled after it")
-	case resp.StatusCode/100 != 2:
-		l.Finish(meta.StateFailed, "the store answered "+resp.Status)
-		return fail(&apiError{Code: orDefault(xmlElement(body, "Code"), "InternalError"), Message: xmlElement(body, "Message")})
-	case !fence.Exists:
-		l.Finish(meta.StateFailed, "the key was already absent: nothing to publish")
-	default:
-		if _, err := l.Commit(context.Background(), meta.Entry{Deleted: true, Size: -1}); err != nil {
-			return fail(errUnrecorded)
-		}
+	case o.busy:
+		res.busy = true
+		return res
+	case o.e != nil:
+		return fail(o.e)
 	}
-	if resp.StatusCode/100 != 2 {
+	body, _ := readResult(o.resp)
+	if o.resp.StatusCode/100 != 2 {
 		return fail(&apiError{Code: orDefault(xmlElement(body, "Code"), "InternalError"), Message: xmlElement(body, "Message")})
 	}
 	return res

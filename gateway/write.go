@@ -28,14 +28,24 @@ var (
 const generationHeader = "x-fencegate-generation"
 
 // keyWrite is one write that publishes or removes bytes at a key, under the
-// key's lease (DESIGN.md, the write protocol).
+// key's lease (docs: README, the write protocol). Every keyed write runs
+// through keyedWrite with one of these: PutObject, CopyObject,
+// CompleteMultipartUpload, DeleteObject (with and without versionId) and each
+// key of DeleteObjects.
 type keyWrite struct {
 	op        string // put, copy, complete, delete
+	key       string // r.key, or a DeleteObjects entry's
 	declared  int64
 	attemptID string // an existing attempt (a multipart upload's)
 	// mayHaveLanded: that attempt's earlier try has an unknown outcome.
 	mayHaveLanded bool
 	clientCond    bool // the client sent If-Match / If-None-Match itself
+	// noWait gives up at once if the key is leased (DeleteObjects' first pass).
+	noWait bool
+	// version: the write addresses one version (a versioned delete). It
+	// publishes nothing itself: it is sent unfenced under the lease, and the
+	// key is settled from the store after it.
+	version bool
 	// pinnedSource: fencegate conditioned a copy on the source version it read
 	// (x-amz-copy-source-if-match), so a 412 that is not the fence means the
 	// source changed meanwhile: the client, who asked for no condition, may
@@ -46,6 +56,16 @@ type keyWrite struct {
 	// repeated Complete whose first attempt turned out to have landed).
 	afterSettle func() (done bool, e *apiError)
 	acknowledge func(resp *http.Response) (meta.Entry, *apiError) // reads the store's success answer
+}
+
+// keyOutcome is how a keyed write ended: the store's answer to pass on (with
+// the generation it became, if any), an S3 error, or nothing more to say.
+type keyOutcome struct {
+	resp     *http.Response
+	gen      int64
+	e        *apiError
+	busy     bool // noWait, and the key was leased
+	answered bool // afterSettle answered the request itself
 }
 
 func hasClientCondition(r *request) bool {
@@ -63,15 +83,39 @@ func leaseError(err error) *apiError {
 	return errInternal
 }
 
-// writeKey runs one keyed write: lease, settle, fenced send, verified commit.
+// writeKey runs one keyed write for the request's own key and answers the
+// client with its outcome.
 func (s *Server) writeKey(ctx *fasthttp.RequestCtx, r *request, u *upstream, w keyWrite) *apiError {
+	w.key = r.key
+	o := s.keyedWrite(ctx, r, u, w)
+	switch {
+	case o.e != nil:
+		return o.e
+	case o.answered:
+		return nil
+	}
+	if o.gen > 0 {
+		ctx.Response.Header.Set(generationHeader, strconv.FormatInt(o.gen, 10))
+	}
+	return s.relay(ctx, r, o.resp)
+}
+
+// keyedWrite is the write protocol, the one copy of it: lease (W1, W2),
+// settle, fenced send (W3, W4), verified commit (W5); unknown stays unknown
+// (W6). ctx is the client's request when its body streams upstream; nil for a
+// DeleteObjects entry.
+func (s *Server) keyedWrite(ctx *fasthttp.RequestCtx, r *request, u *upstream, w keyWrite) keyOutcome {
+	fail := func(e *apiError) keyOutcome { return keyOutcome{e: e} }
 	l, err := s.leases.Acquire(context.Background(), lease.Request{
-		Bucket: r.bucket, Key: r.key, Op: w.op, AttemptID: w.attemptID, DeclaredSize: w.declared,
-		ClientConditional: w.clientCond, MayHaveLanded: w.mayHaveLanded,
+		Bucket: r.bucket, Key: w.key, Op: w.op, AttemptID: w.attemptID, DeclaredSize: w.declared,
+		ClientConditional: w.clientCond, MayHaveLanded: w.mayHaveLanded, NoWait: w.noWait,
 	})
 	if err != nil {
-		s.deps.Log.Debug("lease refused", "request_id", r.id, "err", err)
-		return leaseError(err)
+		if w.noWait && errors.Is(err, lease.ErrBusy) {
+			return keyOutcome{busy: true}
+		}
+		s.deps.Log.Debug("lease refused", "request_id", r.id, "key", w.key, "err", err)
+		return fail(leaseError(err))
 	}
 	sent := false
 	defer func() { l.Close(sent) }()
@@ -80,22 +124,22 @@ func (s *Server) writeKey(ctx *fasthttp.RequestCtx, r *request, u *upstream, w k
 	fence, err := l.Settle(context.Background(), s.store)
 	if err != nil {
 		l.Finish(meta.StateFailed, "settling the key failed before anything was sent: "+err.Error())
-		s.deps.Log.Warn("settle failed", "request_id", r.id, "err", err)
-		return errSlowDown
+		s.deps.Log.Warn("settle failed", "request_id", r.id, "key", w.key, "err", err)
+		return fail(errSlowDown)
 	}
 	if w.afterSettle != nil {
 		if done, e := w.afterSettle(); done {
-			return e
+			return keyOutcome{e: e, answered: e == nil}
 		}
 	}
-	ourFence := !w.clientCond
+	ourFence := !w.clientCond && !w.version
 	if ourFence {
 		setFence(u.req.Header, fence, w.op)
 	}
 	if w.prepare != nil {
 		if e := w.prepare(u, l.AttemptID); e != nil {
 			l.Finish(meta.StateFailed, "request refused before sending: "+e.Code)
-			return e
+			return fail(e)
 		}
 	}
 
@@ -109,7 +153,7 @@ func (s *Server) writeKey(ctx *fasthttp.RequestCtx, r *request, u *upstream, w k
 		case <-stopWatch:
 		}
 	}()
-	s.noteUnfenced(r.id, r.bucket, r.key, w.op)
+	s.noteUnfenced(r.id, r.bucket, w.key, w.op)
 	sent = true
 	var resp *http.Response
 	for try := 0; ; try++ {
@@ -125,7 +169,7 @@ func (s *Server) writeKey(ctx *fasthttp.RequestCtx, r *request, u *upstream, w k
 			} else {
 				l.Finish(meta.StateFailed, "the request body never completed: "+e.Code)
 			}
-			return e
+			return fail(e)
 		}
 		if !ourFence || !fenceRefusal(resp.StatusCode, fence) {
 			break
@@ -138,65 +182,71 @@ func (s *Server) writeKey(ctx *fasthttp.RequestCtx, r *request, u *upstream, w k
 		now, err := l.Resettle(context.Background(), s.store)
 		if err != nil {
 			drain(resp)
-			s.deps.Log.Warn("settle after a refused fence failed", "request_id", r.id, "err", err)
+			s.deps.Log.Warn("settle after a refused fence failed", "request_id", r.id, "key", w.key, "err", err)
 			l.Finish(meta.StateFailed, "the store refused the write; settling the key failed: "+err.Error())
-			return errSlowDown
+			return fail(errSlowDown)
 		}
 		if now == fence {
 			l.Finish(meta.StateFailed, "the store refused the request itself: "+resp.Status)
 			if w.pinnedSource && resp.StatusCode == http.StatusPreconditionFailed {
 				drain(resp)
-				return errSlowDown
+				return fail(errSlowDown)
 			}
-			return s.relay(ctx, r, resp)
+			return keyOutcome{resp: resp}
 		}
 		drain(resp)
 		if try > 0 || !u.replayable() {
 			// A streamed body was consumed by its one sending: the client tries
 			// again (S3 clients retry 503), and finds the key settled.
 			l.Finish(meta.StateFailed, "the store refused fencegate's condition: the key had changed around the gateway")
-			return errSlowDown
+			return fail(errSlowDown)
 		}
 		fence = now
 		setFence(u.req.Header, fence, w.op)
 		u.rewind()
 	}
 	status := resp.StatusCode
-	if status == http.StatusPreconditionFailed { // only ever the client's own condition here
+	switch {
+	case w.version:
+		// Removing a version changes the key only if it was current: settle
+		// again from what the store now holds.
+		keepAnswer(resp)
+		if _, err := l.Resettle(context.Background(), s.store); err != nil {
+			s.deps.Log.Warn("settle after a versioned delete failed", "request_id", r.id, "key", w.key, "err", err)
+		}
+		l.Finish(meta.StateFailed, "a versioned delete publishes nothing itself; the key was settled after it")
+		return keyOutcome{resp: resp}
+	case status == http.StatusPreconditionFailed: // only ever the client's own condition here
 		l.Finish(meta.StateFailed, "the store refused the client's condition")
-		return s.relay(ctx, r, resp)
-	}
-	if status >= 500 {
+		return keyOutcome{resp: resp}
+	case status >= 500:
 		l.Finish(meta.StateUnknown, "the store answered "+resp.Status)
-		return s.relay(ctx, r, resp)
-	}
-	if status >= 300 {
+		return keyOutcome{resp: resp}
+	case status >= 300:
 		l.Finish(meta.StateFailed, "the store answered "+resp.Status)
-		return s.relay(ctx, r, resp)
-	}
-	if w.op == "delete" && !fence.Exists {
+		return keyOutcome{resp: resp}
+	case w.op == "delete" && !fence.Exists:
 		// The key was already absent: the delete changed nothing to record.
 		l.Finish(meta.StateFailed, "the key was already absent: nothing to publish")
-		return s.relay(ctx, r, resp)
+		return keyOutcome{resp: resp}
 	}
 	entry, e := w.acknowledge(resp)
 	if e != nil {
 		l.Finish(meta.StateUnknown, "the store's success answer carried an error: "+e.Code)
-		return e
+		return fail(e)
 	}
 	failpoint.Hit("after-store-ack")
 	gen, err := l.Commit(context.Background(), entry)
 	if err != nil {
 		drain(resp)
 		s.deps.Log.Error("commit failed after the store acknowledged; the attempt is left unknown for settling",
-			"request_id", r.id, "bucket", r.bucket, "key", r.key, "err", err)
+			"request_id", r.id, "bucket", r.bucket, "key", w.key, "err", err)
 		if errors.Is(err, meta.ErrLeaseLost) {
-			return errLeaseLost
+			return fail(errLeaseLost)
 		}
-		return errUnrecorded
+		return fail(errUnrecorded)
 	}
-	ctx.Response.Header.Set(generationHeader, strconv.FormatInt(gen, 10))
-	return s.relay(ctx, r, resp)
+	return keyOutcome{resp: resp, gen: gen}
 }
 
 // fenceRefusal reports an answer that may be the store refusing fencegate's
@@ -253,40 +303,20 @@ func (s *Server) putObject(ctx *fasthttp.RequestCtx, r *request) *apiError {
 	})
 }
 
-// deleteObject: DeleteObject under the protocol, fenced with If-Match.
+// deleteObject: DeleteObject under the protocol, fenced with If-Match; a
+// versionId makes it a versioned delete (keyWrite.version).
 func (s *Server) deleteObject(ctx *fasthttp.RequestCtx, r *request) *apiError {
-	if len(ctx.QueryArgs().Peek("versionId")) > 0 {
-		return s.versionedDelete(ctx, r)
-	}
 	u, e := s.buildUpstream(ctx, r)
 	if e != nil {
 		return e
 	}
 	defer u.finish(r)
-	return s.writeKey(ctx, r, u, keyWrite{
-		op: "delete", declared: -1, clientCond: r.hdr.has("if-match"),
-		acknowledge: func(*http.Response) (meta.Entry, *apiError) {
-			return meta.Entry{Deleted: true, Size: -1}, nil
-		},
-	})
+	return s.writeKey(ctx, r, u, keyWrite{op: "delete", declared: -1, clientCond: r.hdr.has("if-match"),
+		version: len(ctx.QueryArgs().Peek("versionId")) > 0, acknowledge: deleted})
 }
 
-// versionedDelete removes one version: it changes what the key resolves to only
-// if that version was current, so it runs under the lease unfenced and the key
-// is settled again afterwards.
-func (s *Server) versionedDelete(ctx *fasthttp.RequestCtx, r *request) *apiError {
-	l, err := s.leases.Acquire(context.Background(), lease.Request{Bucket: r.bucket, Key: r.key, Op: "delete", DeclaredSize: -1})
-	if err != nil {
-		return leaseError(err)
-	}
-	defer l.Close(true)
-	e := s.forward(ctx, r)
-	if _, err := l.Resettle(context.Background(), s.store); err != nil {
-		s.deps.Log.Warn("settle after a versioned delete failed", "request_id", r.id, "err", err)
-	}
-	l.Finish(meta.StateFailed, "a versioned delete publishes nothing itself; the key was settled after it")
-	return e
-}
+// deleted is a delete's acknowledged entry: the key has no bytes now.
+func deleted(*http.Response) (meta.Entry, *apiError) { return meta.Entry{Deleted: true, Size: -1}, nil }
 
 // bucketChanged keeps the catalog's view of buckets: one created through
 // fencegate is complete (every key in it is known); a deleted one is forgotten.
