@@ -10,7 +10,7 @@ import (
 
 	"github.com/valyala/fasthttp"
 
-	"github.com/fencegate/fencegate/meta"
+	"github.com/fencegate/fencegate/lease"
 )
 
 // restatedOnCopy are the system headers a COPY directive carries over from the
@@ -99,12 +99,12 @@ func (s *Server) copyObject(ctx *fasthttp.RequestCtx, r *request) *apiError {
 			h.Set(attemptHeader, id)
 			return nil
 		},
-		acknowledge: func(resp *http.Response) (meta.Entry, *apiError) {
+		acknowledge: func(resp *http.Response) (lease.Landed, *apiError) {
 			body, e := readResult(resp)
 			if e != nil {
-				return meta.Entry{}, e
+				return lease.Landed{}, e
 			}
-			return meta.Entry{ETag: trimETag(xmlElement(body, "ETag")), Size: declared}, nil
+			return lease.Landed{ETag: trimETag(xmlElement(body, "ETag")), Size: declared}, nil
 		},
 	})
 }

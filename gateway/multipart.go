@@ -9,7 +9,7 @@ import (
 
 	"github.com/valyala/fasthttp"
 
-	"github.com/fencegate/fencegate/meta"
+	"github.com/fencegate/fencegate/lease"
 )
 
 // Tracker is the catalog bookkeeping that takes no key lease: buckets, and
@@ -24,7 +24,7 @@ type Tracker interface {
 	UploadAborted(ctx context.Context, uploadID string) error
 	// UploadAttempt finds an upload's attempt; ok is false for an upload
 	// fencegate did not create.
-	UploadAttempt(ctx context.Context, uploadID string) (a meta.Attempt, ok bool, err error)
+	UploadAttempt(ctx context.Context, uploadID string) (a lease.Upload, ok bool, err error)
 }
 
 const maxResultBody = 1 << 20
@@ -61,7 +61,7 @@ func (s *Server) dbctx() (context.Context, context.CancelFunc) {
 // createUpload records the upload as an attempt before the store sees it (W1),
 // and tags the object-to-be with the attempt id.
 func (s *Server) createUpload(ctx *fasthttp.RequestCtx, r *request) *apiError {
-	id := meta.NewID()
+	id := lease.NewID()
 	dctx, cancel := s.dbctx()
 	err := s.deps.Tracker.UploadStarted(dctx, r.bucket, r.key, id)
 	cancel()
@@ -130,7 +130,7 @@ func (s *Server) completeUpload(ctx *fasthttp.RequestCtx, r *request) *apiError 
 	if err != nil {
 		return errInternal
 	}
-	if tracked && a.Bucket == r.bucket && a.Key == r.key && settled(a.State) {
+	if tracked && a.Bucket == r.bucket && a.Key == r.key && a.Published() {
 		return s.completedAlready(ctx, r, a)
 	}
 	u, e := s.buildUpstream(ctx, r)
@@ -140,12 +140,12 @@ func (s *Server) completeUpload(ctx *fasthttp.RequestCtx, r *request) *apiError 
 	defer u.finish(r)
 	w := keyWrite{
 		op: "complete", declared: -1, clientCond: hasClientCondition(r),
-		acknowledge: func(resp *http.Response) (meta.Entry, *apiError) {
+		acknowledge: func(resp *http.Response) (lease.Landed, *apiError) {
 			body, e := readResult(resp)
 			if e != nil {
-				return meta.Entry{}, e
+				return lease.Landed{}, e
 			}
-			ent := meta.Entry{ETag: trimETag(xmlElement(body, "ETag")), Size: -1}
+			ent := lease.Landed{ETag: trimETag(xmlElement(body, "ETag")), Size: -1}
 			// The answer has no size: ask the store (outside any transaction).
 			hctx, cancel := context.WithTimeout(context.Background(), s.leases.Config().DBTimeout)
 			defer cancel()
@@ -156,13 +156,13 @@ func (s *Server) completeUpload(ctx *fasthttp.RequestCtx, r *request) *apiError 
 		},
 	}
 	if tracked {
-		w.attemptID = a.ID
-		w.mayHaveLanded = a.State == meta.StateUnknown || a.State == meta.StateLeased
+		w.attemptID = a.AttemptID
+		w.mayHaveLanded = a.MayHaveLanded()
 		w.afterSettle = func() (bool, *apiError) {
 			dctx, cancel := s.dbctx()
 			a, _, err := s.deps.Tracker.UploadAttempt(dctx, uploadID)
 			cancel()
-			if err == nil && settled(a.State) {
+			if err == nil && a.Published() {
 				return true, s.completedAlready(ctx, r, a)
 			}
 			return false, nil
@@ -171,10 +171,8 @@ func (s *Server) completeUpload(ctx *fasthttp.RequestCtx, r *request) *apiError 
 	return s.writeKey(ctx, r, u, w)
 }
 
-func settled(state string) bool { return state == meta.StateCommitted || state == meta.StateAdopted }
-
 // completedAlready answers a repeated Complete with the first one's result.
-func (s *Server) completedAlready(ctx *fasthttp.RequestCtx, r *request, a meta.Attempt) *apiError {
+func (s *Server) completedAlready(ctx *fasthttp.RequestCtx, r *request, a lease.Upload) *apiError {
 	if ctx.Request.Header.ContentLength() != 0 {
 		ctx.SetConnectionClose() // its body (the part list) is not needed
 	}

@@ -11,7 +11,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/fencegate/fencegate/meta"
+	"github.com/fencegate/fencegate/lease"
 )
 
 // ProbeResult says which of the store's guarantees the write protocol relies on
@@ -58,7 +58,7 @@ func (p ProbeResult) String() string {
 // body cut short. It writes only under the prefix fencegate-probe/ and removes
 // what it wrote. The bucket stays: gateways starting together probe it at once.
 func (s *Server) Probe(ctx context.Context, bucket string) (ProbeResult, error) {
-	p := &prober{s: s, bucket: bucket, prefix: "fencegate-probe/" + meta.NewID() + "/"}
+	p := &prober{s: s, bucket: bucket, prefix: "fencegate-probe/" + lease.NewID() + "/"}
 	if err := p.ensureBucket(ctx); err != nil {
 		return ProbeResult{}, err
 	}

@@ -12,7 +12,6 @@ import (
 
 	"github.com/fencegate/fencegate/internal/failpoint"
 	"github.com/fencegate/fencegate/lease"
-	"github.com/fencegate/fencegate/meta"
 )
 
 // Errors of the write protocol, as S3 answers them.
@@ -55,7 +54,7 @@ type keyWrite struct {
 	// afterSettle may answer the request itself once the key is settled (a
 	// repeated Complete whose first attempt turned out to have landed).
 	afterSettle func() (done bool, e *apiError)
-	acknowledge func(resp *http.Response) (meta.Entry, *apiError) // reads the store's success answer
+	acknowledge func(resp *http.Response) (lease.Landed, *apiError) // reads the store's success answer
 }
 
 // keyOutcome is how a keyed write ended: the store's answer to pass on (with
@@ -123,7 +122,7 @@ func (s *Server) keyedWrite(ctx *fasthttp.RequestCtx, r *request, u *upstream, w
 
 	fence, err := l.Settle(context.Background(), s.store)
 	if err != nil {
-		l.Finish(meta.StateFailed, "settling the key failed before anything was sent: "+err.Error())
+		l.Fail("settling the key failed before anything was sent: " + err.Error())
 		s.deps.Log.Warn("settle failed", "request_id", r.id, "key", w.key, "err", err)
 		return fail(errSlowDown)
 	}
@@ -138,7 +137,7 @@ func (s *Server) keyedWrite(ctx *fasthttp.RequestCtx, r *request, u *upstream, w
 	}
 	if w.prepare != nil {
 		if e := w.prepare(u, l.AttemptID); e != nil {
-			l.Finish(meta.StateFailed, "request refused before sending: "+e.Code)
+			l.Fail("request refused before sending: " + e.Code)
 			return fail(e)
 		}
 	}
@@ -165,9 +164,9 @@ func (s *Server) keyedWrite(ctx *fasthttp.RequestCtx, r *request, u *upstream, w
 				if l.IsLost() {
 					e = errLeaseLost
 				}
-				l.Finish(meta.StateUnknown, "no answer from the store: "+e.Code)
+				l.Unknown("no answer from the store: " + e.Code)
 			} else {
-				l.Finish(meta.StateFailed, "the request body never completed: "+e.Code)
+				l.Fail("the request body never completed: " + e.Code)
 			}
 			return fail(e)
 		}
@@ -183,11 +182,11 @@ func (s *Server) keyedWrite(ctx *fasthttp.RequestCtx, r *request, u *upstream, w
 		if err != nil {
 			drain(resp)
 			s.deps.Log.Warn("settle after a refused fence failed", "request_id", r.id, "key", w.key, "err", err)
-			l.Finish(meta.StateFailed, "the store refused the write; settling the key failed: "+err.Error())
+			l.Fail("the store refused the write; settling the key failed: " + err.Error())
 			return fail(errSlowDown)
 		}
 		if now == fence {
-			l.Finish(meta.StateFailed, "the store refused the request itself: "+resp.Status)
+			l.Fail("the store refused the request itself: " + resp.Status)
 			if w.pinnedSource && resp.StatusCode == http.StatusPreconditionFailed {
 				drain(resp)
 				return fail(errSlowDown)
@@ -198,7 +197,7 @@ func (s *Server) keyedWrite(ctx *fasthttp.RequestCtx, r *request, u *upstream, w
 		if try > 0 || !u.replayable() {
 			// A streamed body was consumed by its one sending: the client tries
 			// again (S3 clients retry 503), and finds the key settled.
-			l.Finish(meta.StateFailed, "the store refused fencegate's condition: the key had changed around the gateway")
+			l.Fail("the store refused fencegate's condition: the key had changed around the gateway")
 			return fail(errSlowDown)
 		}
 		fence = now
@@ -214,25 +213,25 @@ func (s *Server) keyedWrite(ctx *fasthttp.RequestCtx, r *request, u *upstream, w
 		if _, err := l.Resettle(context.Background(), s.store); err != nil {
 			s.deps.Log.Warn("settle after a versioned delete failed", "request_id", r.id, "key", w.key, "err", err)
 		}
-		l.Finish(meta.StateFailed, "a versioned delete publishes nothing itself; the key was settled after it")
+		l.Fail("a versioned delete publishes nothing itself; the key was settled after it")
 		return keyOutcome{resp: resp}
 	case status == http.StatusPreconditionFailed: // only ever the client's own condition here
-		l.Finish(meta.StateFailed, "the store refused the client's condition")
+		l.Fail("the store refused the client's condition")
 		return keyOutcome{resp: resp}
 	case status >= 500:
-		l.Finish(meta.StateUnknown, "the store answered "+resp.Status)
+		l.Unknown("the store answered " + resp.Status)
 		return keyOutcome{resp: resp}
 	case status >= 300:
-		l.Finish(meta.StateFailed, "the store answered "+resp.Status)
+		l.Fail("the store answered " + resp.Status)
 		return keyOutcome{resp: resp}
 	case w.op == "delete" && !fence.Exists:
 		// The key was already absent: the delete changed nothing to record.
-		l.Finish(meta.StateFailed, "the key was already absent: nothing to publish")
+		l.Fail("the key was already absent: nothing to publish")
 		return keyOutcome{resp: resp}
 	}
 	entry, e := w.acknowledge(resp)
 	if e != nil {
-		l.Finish(meta.StateUnknown, "the store's success answer carried an error: "+e.Code)
+		l.Unknown("the store's success answer carried an error: " + e.Code)
 		return fail(e)
 	}
 	failpoint.Hit("after-store-ack")
@@ -241,7 +240,7 @@ func (s *Server) keyedWrite(ctx *fasthttp.RequestCtx, r *request, u *upstream, w
 		drain(resp)
 		s.deps.Log.Error("commit failed after the store acknowledged; the attempt is left unknown for settling",
 			"request_id", r.id, "bucket", r.bucket, "key", w.key, "err", err)
-		if errors.Is(err, meta.ErrLeaseLost) {
+		if errors.Is(err, lease.ErrLeaseLost) {
 			return fail(errLeaseLost)
 		}
 		return fail(errUnrecorded)
@@ -297,8 +296,8 @@ func (s *Server) putObject(ctx *fasthttp.RequestCtx, r *request) *apiError {
 			u.req.Header.Set(attemptHeader, id)
 			return nil
 		},
-		acknowledge: func(resp *http.Response) (meta.Entry, *apiError) {
-			return meta.Entry{ETag: trimETag(resp.Header.Get("ETag")), Size: r.bytesIn}, nil
+		acknowledge: func(resp *http.Response) (lease.Landed, *apiError) {
+			return lease.Landed{ETag: trimETag(resp.Header.Get("ETag")), Size: r.bytesIn}, nil
 		},
 	})
 }
@@ -316,7 +315,9 @@ func (s *Server) deleteObject(ctx *fasthttp.RequestCtx, r *request) *apiError {
 }
 
 // deleted is a delete's acknowledged entry: the key has no bytes now.
-func deleted(*http.Response) (meta.Entry, *apiError) { return meta.Entry{Deleted: true, Size: -1}, nil }
+func deleted(*http.Response) (lease.Landed, *apiError) {
+	return lease.Landed{Deleted: true, Size: -1}, nil
+}
 
 // bucketChanged keeps the catalog's view of buckets: one created through
 // fencegate is complete (every key in it is known); a deleted one is forgotten.

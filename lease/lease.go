@@ -284,12 +284,12 @@ func (l *Lease) stopRenewing() {
 // Commit records the acknowledged write as the key's next generation and
 // releases the lease (W5). ErrLeaseLost means the lease expired first: the
 // bytes may be at the store, so the attempt is left unknown for settling.
-func (l *Lease) Commit(ctx context.Context, e meta.Entry) (int64, error) {
+func (l *Lease) Commit(ctx context.Context, landed Landed) (int64, error) {
 	if l.m.Hooks.BeforeCommit != nil {
 		l.m.Hooks.BeforeCommit(l.Bucket, l.Key, l.AttemptID)
 	}
-	e.Origin = meta.OriginFencegate
-	e.AttemptID = l.AttemptID
+	e := meta.Entry{ETag: landed.ETag, Size: landed.Size, Deleted: landed.Deleted,
+		Origin: meta.OriginFencegate, AttemptID: l.AttemptID}
 	dctx, cancel := l.m.dbctx(ctx)
 	defer cancel()
 	gen, err := l.m.db.Commit(dctx, meta.CommitParams{

@@ -120,10 +120,10 @@ func TestLostLeaseTakeoverAndRefusedCommit(t *testing.T) {
 	if s := state(t, c, old.AttemptID); s != meta.StateUnknown {
 		t.Fatalf("taken-over attempt is %s, want unknown", s)
 	}
-	if _, err := old.Commit(ctx, meta.Entry{ETag: "x", Size: 1}); !errors.Is(err, meta.ErrLeaseLost) {
+	if _, err := old.Commit(ctx, lease.Landed{ETag: "x", Size: 1}); !errors.Is(err, meta.ErrLeaseLost) {
 		t.Fatalf("commit by the old holder: %v, want ErrLeaseLost", err)
 	}
-	gen, err := newer.Commit(ctx, meta.Entry{ETag: "y", Size: 1})
+	gen, err := newer.Commit(ctx, lease.Landed{ETag: "y", Size: 1})
 	if err != nil || gen == 0 {
 		t.Fatalf("commit by the new holder: %d, %v", gen, err)
 	}

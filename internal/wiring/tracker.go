@@ -6,6 +6,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/fencegate/fencegate/lease"
 	"github.com/fencegate/fencegate/meta"
 )
 
@@ -47,10 +48,10 @@ func (t Tracker) UploadAborted(ctx context.Context, uploadID string) error {
 	return t.Catalog.SetState(ctx, a.ID, meta.StateOpen, meta.StateAborted, "aborted by the client")
 }
 
-func (t Tracker) UploadAttempt(ctx context.Context, uploadID string) (meta.Attempt, bool, error) {
+func (t Tracker) UploadAttempt(ctx context.Context, uploadID string) (lease.Upload, bool, error) {
 	a, err := t.Catalog.AttemptByUpload(ctx, uploadID)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return meta.Attempt{}, false, nil
+		return lease.Upload{}, false, nil
 	}
-	return a, err == nil, err
+	return lease.UploadOf(a), err == nil, err
 }
