@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"net/url"
@@ -27,7 +28,10 @@ type request struct {
 	bytesIn        int64
 	out            *countingBody
 	cancelUpstream func()
-	inflightID     uint64
+	// batch is the parent of a DeleteObjects' per-key store requests: a
+	// shutdown that cuts the request cancels them all.
+	batch      context.Context
+	inflightID uint64
 }
 
 const requestStateKey = "fencegate.request"

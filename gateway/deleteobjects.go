@@ -50,6 +50,10 @@ func (s *Server) deleteObjects(ctx *fasthttp.RequestCtx, r *request) *apiError {
 	}
 	sort.SliceStable(order, func(a, b int) bool { return dr.Objects[order[a]].Key < dr.Objects[order[b]].Key })
 	out := make([]deleteOutcome, len(dr.Objects))
+	batch, cancelBatch := context.WithCancel(context.Background())
+	defer cancelBatch()
+	s.inflight.setCancel(r.inflightID, cancelBatch)
+	r.batch = batch
 	run := func(idx []int, wait bool) {
 		work := make(chan int)
 		var wg sync.WaitGroup
@@ -130,7 +134,7 @@ func (s *Server) deleteOne(r *request, key, version string, wait bool) deleteOut
 	if version != "" {
 		q = "versionId=" + url.QueryEscape(version)
 	}
-	uctx, cancel := context.WithCancel(context.Background())
+	uctx, cancel := context.WithCancel(r.batch)
 	defer cancel()
 	req, err := s.backend.newRequest(uctx, http.MethodDelete, LevelObject, r.bucket, key, q)
 	if err != nil {
