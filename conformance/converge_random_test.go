@@ -83,8 +83,12 @@ func TestConvergeRandomized(t *testing.T) {
 		}
 	}
 
+	// ctx only says when to stop starting operations: a request is never
+	// abandoned half way, or the gateway would still be running it (a
+	// DeleteObjects waiting for a lease) after the final writes.
 	ctx, cancel := context.WithTimeout(context.Background(), duration)
 	defer cancel()
+	reqCtx := context.Background()
 	var wg sync.WaitGroup
 	const workers = 4
 	for w := range workers {
@@ -121,17 +125,17 @@ func TestConvergeRandomized(t *testing.T) {
 					}
 				case op == 5:
 					c := g.S3Client(func(o *s3.Options) { o.RetryMaxAttempts = 1 })
-					up, err := c.CreateMultipartUpload(ctx, &s3.CreateMultipartUploadInput{Bucket: &bucket, Key: &key})
+					up, err := c.CreateMultipartUpload(reqCtx, &s3.CreateMultipartUploadInput{Bucket: &bucket, Key: &key})
 					if err != nil {
 						record("mpu create error", nil)
 						continue
 					}
-					part, err := c.UploadPart(ctx, &s3.UploadPartInput{Bucket: &bucket, Key: &key, UploadId: up.UploadId, PartNumber: aws.Int32(1), Body: bytes.NewReader(body)})
+					part, err := c.UploadPart(reqCtx, &s3.UploadPartInput{Bucket: &bucket, Key: &key, UploadId: up.UploadId, PartNumber: aws.Int32(1), Body: bytes.NewReader(body)})
 					if err != nil {
 						record("mpu part error", nil)
 						continue
 					}
-					if _, err := c.CompleteMultipartUpload(ctx, &s3.CompleteMultipartUploadInput{Bucket: &bucket, Key: &key, UploadId: up.UploadId,
+					if _, err := c.CompleteMultipartUpload(reqCtx, &s3.CompleteMultipartUploadInput{Bucket: &bucket, Key: &key, UploadId: up.UploadId,
 						MultipartUpload: &types.CompletedMultipartUpload{Parts: []types.CompletedPart{{ETag: part.ETag, PartNumber: aws.Int32(1)}}}}); err != nil {
 						record("complete error", nil)
 					} else {
@@ -147,7 +151,7 @@ func TestConvergeRandomized(t *testing.T) {
 				case op == 7:
 					other := keys[rng.IntN(len(keys))]
 					c := g.S3Client(func(o *s3.Options) { o.RetryMaxAttempts = 1 })
-					out, err := c.DeleteObjects(ctx, &s3.DeleteObjectsInput{Bucket: &bucket, Delete: &types.Delete{
+					out, err := c.DeleteObjects(reqCtx, &s3.DeleteObjectsInput{Bucket: &bucket, Delete: &types.Delete{
 						Objects: []types.ObjectIdentifier{{Key: aws.String(key)}, {Key: aws.String(other)}}}})
 					if err != nil || len(out.Errors) > 0 {
 						record("deleteobjects error", nil)
@@ -189,7 +193,8 @@ func TestConvergeRandomized(t *testing.T) {
 	for _, key := range keys {
 		row, _ := catalogOf(t, bucket, key)
 		if row.ETag != final[key] {
-			t.Errorf("%s: catalog etag %s, final PUT's %s", key, row.ETag, final[key])
+			t.Errorf("%s: catalog etag %s, final PUT's %s\ngenerations: %+v\nattempts: %+v", key, row.ETag, final[key],
+				generationsOf(t, bucket, key), attemptsOf(t, bucket, key))
 		}
 	}
 
