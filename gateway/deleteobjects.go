@@ -6,9 +6,9 @@ import (
 	"net/http"
 	"net/url"
 	"sort"
-	"sync"
 
 	"github.com/valyala/fasthttp"
+	"golang.org/x/sync/errgroup"
 )
 
 type deleteRequest struct {
@@ -55,23 +55,16 @@ func (s *Server) deleteObjects(ctx *fasthttp.RequestCtx, r *request) *apiError {
 	s.inflight.setCancel(r.inflightID, cancelBatch)
 	r.batch = batch
 	run := func(idx []int, wait bool) {
-		work := make(chan int)
-		var wg sync.WaitGroup
-		for range deleteWorkers {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				for i := range work {
-					o := dr.Objects[i]
-					out[i] = s.deleteOne(r, o.Key, o.VersionID, wait)
-				}
-			}()
-		}
+		var g errgroup.Group
+		g.SetLimit(deleteWorkers)
 		for _, i := range idx {
-			work <- i
+			g.Go(func() error {
+				o := dr.Objects[i]
+				out[i] = s.deleteOne(r, o.Key, o.VersionID, wait)
+				return nil
+			})
 		}
-		close(work)
-		wg.Wait()
+		_ = g.Wait() // deleteOne reports per key in out, never an error
 	}
 	run(order, false)
 	var busy []int

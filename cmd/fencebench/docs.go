@@ -32,7 +32,7 @@ func machineInfo() machine {
 	return m
 }
 
-// writeDocs overwrites docs/PERFORMANCE.md and docs/throughput.png from recs.
+// writeDocs overwrites PERFORMANCE.md and throughput.png/.svg in o.docs from recs.
 func writeDocs(o options, m machine, recs []Record) error {
 	if o.docs == "" {
 		return nil
@@ -40,7 +40,7 @@ func writeDocs(o options, m machine, recs []Record) error {
 	if err := os.MkdirAll(o.docs, 0o755); err != nil {
 		return err
 	}
-	if err := writePlot(filepath.Join(o.docs, "throughput.png"), recs); err != nil {
+	if err := writePlots(filepath.Join(o.docs, "throughput.png"), recs); err != nil {
 		return err
 	}
 	return os.WriteFile(filepath.Join(o.docs, "PERFORMANCE.md"), []byte(markdown(m, recs)), 0o644)
@@ -150,7 +150,7 @@ func markdown(m machine, recs []Record) string {
 	}
 
 	p("\n## Plot\n\n![throughput against object size](throughput.png)\n\n")
-	p("`throughput.png`: median MiB/s (log scale) against object size (log scale). Left column GET, right column PUT (the 256 MiB point is the multipart upload); top row 1 client, bottom row the higher concurrency (32 clients up to 1 MiB, fewer for the large objects, as labelled). ")
-	p("Colours: blue = direct (SeaweedFS), orange = fencegate, green = versitygw. Whiskers show min and max over the rounds. The numbers are in the tables above.\n")
+	p("`throughput.png` ([SVG](throughput.svg)): median MiB/s (log scale) against object size (log scale). Left column GET, right column PUT (the 256 MiB point is the multipart upload); top row 1 client, bottom row the higher concurrency (32 clients up to 1 MiB, fewer for the large objects, as labelled). ")
+	p("Colours: blue = direct (SeaweedFS), orange = fencegate, green = versitygw. Each target also has its own marker (circle, square, triangle). Whiskers show min and max over the rounds. The numbers are in the tables above and in `bench-results.json` beside this file.\n")
 	return b.String()
 }

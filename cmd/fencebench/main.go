@@ -5,8 +5,10 @@
 // v1.8.0 `s3 --disable-data-integrity-check`, and `fencegate serve --migrate`
 // built from this checkout), then runs every workload cell against the three
 // targets, round by round (the target order rotates each round), and reports
-// medians with min and max. Results go to bench-results.json, docs/PERFORMANCE.md
-// and docs/throughput.png. `make bench` runs it; `make bench-quick` adds -quick.
+// medians with min and max. Results go to docs/bench-results.json,
+// docs/PERFORMANCE.md and docs/throughput.png (and .svg). `make bench` runs it;
+// `make bench-quick` adds -quick, whose noisy results go to bin/bench-quick/
+// unless -out or -docs name a place.
 package main
 
 import (
@@ -36,14 +38,34 @@ type options struct {
 	fgBin      string
 	perfDir    string
 	cells      string
+	plotOnly   bool
+}
+
+// quickDir is where a -quick run writes unless told otherwise: its short cells
+// are too noisy to replace the committed full run's results and docs.
+const quickDir = "bin/bench-quick"
+
+// quickOutputs sends a quick run's files to quickDir, except those whose flag
+// (in set, the flags given on the command line) names a place.
+func quickOutputs(o *options, set map[string]bool) {
+	if !o.quick {
+		return
+	}
+	if !set["out"] {
+		o.out = filepath.Join(quickDir, "bench-results.json")
+	}
+	if !set["docs"] {
+		o.docs = quickDir
+	}
 }
 
 func main() {
 	var o options
 	flag.BoolVar(&o.quick, "quick", false, "short cells (0.3 s), large objects at 1 client only, and a 256 MiB streaming check instead of 2 GiB: under 2 minutes")
-	flag.StringVar(&o.out, "out", "bench-results.json", "results file (JSON)")
-	flag.StringVar(&o.docs, "docs", "docs", "folder for PERFORMANCE.md and throughput.png (empty: skip)")
+	flag.StringVar(&o.out, "out", "docs/bench-results.json", "results file (JSON; -quick: "+quickDir+"/bench-results.json)")
+	flag.StringVar(&o.docs, "docs", "docs", "folder for PERFORMANCE.md and throughput.png/.svg (empty: skip; -quick: "+quickDir+")")
 	flag.StringVar(&o.from, "from", "", "do not measure: regenerate the docs and tables from this results file")
+	flag.BoolVar(&o.plotOnly, "plot-only", false, "with -from: redraw only throughput.png and .svg in -docs (PERFORMANCE.md keeps the run's date and machine)")
 	flag.IntVar(&o.rounds, "rounds", 3, "interleaved rounds (every figure is their median)")
 	flag.DurationVar(&o.duration, "duration", 0, "time per cell and target (default 2.5s, -quick 0.3s)")
 	flag.StringVar(&o.logLevel, "log-level", "info", "fencegate's log level (its default, info, logs one line per request)")
@@ -51,6 +73,9 @@ func main() {
 	flag.StringVar(&o.perfDir, "perf", "", "instead of the benchmark: record perf(1) CPU profiles of fencegate under a few cells into this folder")
 	flag.StringVar(&o.cells, "cells", "", "measure only the cells whose name matches this regular expression (e.g. 'GET 64 MiB'), print their tables and write no files (no streaming check either)")
 	flag.Parse()
+	set := map[string]bool{}
+	flag.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	quickOutputs(&o, set)
 	if o.duration == 0 {
 		o.duration = 2500 * time.Millisecond
 		if o.quick {
@@ -87,6 +112,12 @@ func fromFile(o options) error {
 	var recs []Record
 	if err := json.Unmarshal(b, &recs); err != nil {
 		return err
+	}
+	if o.plotOnly {
+		if o.docs == "" {
+			return nil
+		}
+		return writePlots(filepath.Join(o.docs, "throughput.png"), recs)
 	}
 	m := machineInfo()
 	printTables(os.Stdout, recs)
@@ -225,6 +256,9 @@ func run(ctx context.Context, o options) (err error) {
 	if err != nil {
 		return err
 	}
+	if err := os.MkdirAll(filepath.Dir(o.out), 0o755); err != nil {
+		return err
+	}
 	if err := os.WriteFile(o.out, append(b, '\n'), 0o644); err != nil {
 		return err
 	}
@@ -234,7 +268,7 @@ func run(ctx context.Context, o options) (err error) {
 	}
 	fmt.Fprintf(os.Stderr, "wrote %s", o.out)
 	if o.docs != "" {
-		fmt.Fprintf(os.Stderr, ", %s, %s", filepath.Join(o.docs, "PERFORMANCE.md"), filepath.Join(o.docs, "throughput.png"))
+		fmt.Fprintf(os.Stderr, ", %s, %s (and .svg)", filepath.Join(o.docs, "PERFORMANCE.md"), filepath.Join(o.docs, "throughput.png"))
 	}
 	fmt.Fprintf(os.Stderr, " (%s in all)\n", time.Since(began).Round(time.Second))
 	if errCount > 0 {

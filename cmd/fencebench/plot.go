@@ -2,109 +2,71 @@ package main
 
 import (
 	"fmt"
-	"image"
 	"image/color"
-	"image/png"
+	"io"
 	"math"
 	"os"
 	"strings"
+
+	"gonum.org/v1/plot"
+	"gonum.org/v1/plot/font"
+	"gonum.org/v1/plot/plotter"
+	"gonum.org/v1/plot/text"
+	"gonum.org/v1/plot/vg"
+	"gonum.org/v1/plot/vg/draw"
+	"gonum.org/v1/plot/vg/vgimg"
+	"gonum.org/v1/plot/vg/vgsvg"
 )
 
 var (
-	black     = color.RGBA{0, 0, 0, 255}
-	grid      = color.RGBA{225, 225, 225, 255}
-	axisGrey  = color.RGBA{90, 90, 90, 255}
-	targetRGB = map[string]color.RGBA{
-		"direct":    {31, 119, 180, 255}, // blue
-		"fencegate": {255, 127, 14, 255}, // orange
-		"versitygw": {44, 160, 44, 255},  // green
-	}
 	plotTargets = []string{"direct", "fencegate", "versitygw"}
+	targetStyle = map[string]struct {
+		color color.RGBA
+		shape draw.GlyphDrawer
+	}{
+		"direct":    {color.RGBA{31, 119, 180, 255}, draw.CircleGlyph{}}, // blue
+		"fencegate": {color.RGBA{255, 127, 14, 255}, draw.BoxGlyph{}},    // orange
+		"versitygw": {color.RGBA{44, 160, 44, 255}, draw.PyramidGlyph{}}, // green
+	}
+	// plotSizes are the object sizes the benchmark measures, the x axis' ticks.
+	plotSizes = []int64{4 << 10, 64 << 10, 1 << 20, 64 << 20, 256 << 20}
 )
 
 const (
-	plotW, plotH = 1200, 900
-	fontScale    = 2
+	plotW, plotH = 12 * vg.Inch, 9.5 * vg.Inch
+	plotDPI      = 100 // 1200 x 950 pixels
+	headerH      = 0.75 * vg.Inch
 )
 
-type canvas struct{ *image.RGBA }
-
-func (c canvas) dot(x, y, r int, col color.RGBA) {
-	for dy := -r; dy <= r; dy++ {
-		for dx := -r; dx <= r; dx++ {
-			c.SetRGBA(x+dx, y+dy, col)
-		}
+// writePlots draws the throughput figure as pngPath and, beside it, as the
+// same name ending in .svg.
+func writePlots(pngPath string, recs []Record) error {
+	img := vgimg.NewWith(vgimg.UseWH(plotW, plotH), vgimg.UseDPI(plotDPI), vgimg.UseBackgroundColor(color.White))
+	drawFigure(draw.New(img), recs)
+	if err := writeTo(pngPath, vgimg.PngCanvas{Canvas: img}); err != nil {
+		return err
 	}
+	svg := vgsvg.New(plotW, plotH)
+	drawFigure(draw.New(svg), recs)
+	return writeTo(strings.TrimSuffix(pngPath, ".png")+".svg", svg)
 }
 
-// line draws a segment of thickness 2r+1 (Bresenham, stamped).
-func (c canvas) line(x0, y0, x1, y1, r int, col color.RGBA) {
-	dx, dy := abs(x1-x0), -abs(y1-y0)
-	sx, sy := sign(x1-x0), sign(y1-y0)
-	e := dx + dy
-	for {
-		c.dot(x0, y0, r, col)
-		if x0 == x1 && y0 == y1 {
-			return
-		}
-		if e2 := 2 * e; e2 >= dy {
-			e += dy
-			x0 += sx
-		} else {
-			e += dx
-			y0 += sy
-		}
+func writeTo(path string, w io.WriterTo) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return err
 	}
+	if _, err := w.WriteTo(f); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
 }
 
-func abs(v int) int {
-	if v < 0 {
-		return -v
-	}
-	return v
-}
-
-func sign(v int) int {
-	switch {
-	case v < 0:
-		return -1
-	case v > 0:
-		return 1
-	}
-	return 0
-}
-
-// text draws s in the built-in 5x7 font (upper case) with its top-left at x, y.
-func (c canvas) text(x, y int, s string, col color.RGBA) {
-	for _, ch := range strings.ToUpper(s) {
-		g, ok := glyphs[ch]
-		if !ok {
-			g = glyphs['?']
-		}
-		for row, bits := range g {
-			for colIdx := 0; colIdx < 5; colIdx++ {
-				if bits&(0x10>>colIdx) != 0 {
-					for a := 0; a < fontScale; a++ {
-						for b := 0; b < fontScale; b++ {
-							c.SetRGBA(x+colIdx*fontScale+a, y+row*fontScale+b, col)
-						}
-					}
-				}
-			}
-		}
-		x += 6 * fontScale
-	}
-}
-
-func textWidth(s string) int { return len(s) * 6 * fontScale }
-
-// writePlot draws MiB/s against object size: GET left, PUT right, one client on
-// top, the high concurrency below.
-func writePlot(path string, recs []Record) error {
-	img := canvas{image.NewRGBA(image.Rect(0, 0, plotW, plotH))}
-	for i := range img.Pix {
-		img.Pix[i] = 255
-	}
+// drawFigure draws MiB/s against object size: GET left, PUT right, one client
+// on top, the high concurrency below, every panel on the same y range so they
+// compare at a glance.
+func drawFigure(dc draw.Canvas, recs []Record) {
 	lo, hi := math.Inf(1), math.Inf(-1)
 	for _, r := range recs {
 		if !isStream(r) && r.MiBPerSMin > 0 {
@@ -119,29 +81,137 @@ func writePlot(path string, recs []Record) error {
 		yHi = yLo + 1
 	}
 
-	title := "FENCEGATE BENCHMARK: THROUGHPUT (MIB/S, LOG) AGAINST OBJECT SIZE"
-	img.text((plotW-textWidth(title))/2, 12, title, black)
-	note := "PUT PANELS: THE 256M POINT IS THE MULTIPART UPLOAD (4 X 64M). WHISKERS: MIN-MAX OVER ROUNDS"
-	img.text((plotW-textWidth(note))/2, 66, note, axisGrey)
-	lx := 330
-	for _, t := range plotTargets {
-		img.dot(lx+8, 42, 7, targetRGB[t])
-		img.text(lx+24, 36, t, black)
-		lx += 220
+	top := dc.Max.Y
+	title := textStyle(16, draw.XCenter, draw.YTop)
+	mid := (dc.Min.X + dc.Max.X) / 2
+	dc.FillText(title, vg.Point{X: mid, Y: top - 10}, "fencegate benchmark: throughput against object size")
+	note := textStyle(11, draw.XCenter, draw.YTop)
+	note.Color = color.Gray{90}
+	dc.FillText(note, vg.Point{X: mid, Y: top - 34}, "median MiB/s of the rounds, whiskers from min to max; both axes log scale; in the PUT panels the 256 MiB point is the multipart upload (4 x 64 MiB)")
+
+	body := draw.Crop(dc, 0, 0, 0, -headerH)
+	grid := [][]*plot.Plot{
+		{panel(recs, opGET, false, yLo, yHi), panel(recs, opPUT, false, yLo, yHi)},
+		{panel(recs, opGET, true, yLo, yHi), panel(recs, opPUT, true, yLo, yHi)},
 	}
-	for i, op := range []string{opGET, opPUT, opGET, opPUT} {
-		x0, y0 := 20+(i%2)*590, 90+(i/2)*405
-		drawPanel(img, recs, x0, y0, 570, 390, op, i >= 2, yLo, yHi)
+	tiles := draw.Tiles{Rows: 2, Cols: 2, PadX: 0.35 * vg.Inch, PadY: 0.3 * vg.Inch, PadLeft: 0.15 * vg.Inch, PadRight: 0.25 * vg.Inch, PadBottom: 0.1 * vg.Inch}
+	canvases := plot.Align(grid, tiles, body)
+	for i, row := range grid {
+		for j, p := range row {
+			p.Draw(canvases[i][j])
+		}
 	}
-	f, err := os.Create(path)
-	if err != nil {
-		return err
+}
+
+func textStyle(size vg.Length, x draw.XAlignment, y draw.YAlignment) text.Style {
+	return text.Style{Color: color.Black, Font: font.From(plot.DefaultFont, size), XAlign: x, YAlign: y, Handler: plot.DefaultTextHandler}
+}
+
+// panel is one plot of the figure: op's cells at one client (high false) or
+// more. Targets are nudged apart on x so equal values do not hide each other.
+func panel(recs []Record, op string, high bool, yLo, yHi float64) *plot.Plot {
+	p := plot.New()
+	p.Title.Text = panelLabel(recs, op, high)
+	p.Title.TextStyle.Font.Size = 14
+	p.X.Label.Text = "object size"
+	p.Y.Label.Text = "MiB/s"
+	p.X.Scale, p.Y.Scale = plot.LogScale{}, plot.LogScale{}
+	p.X.Tick.Marker, p.Y.Tick.Marker = sizeTicks{}, decadeTicks{}
+	p.X.Min, p.X.Max = math.Exp2(11.5), math.Exp2(28.8)
+	p.Y.Min, p.Y.Max = math.Pow(10, yLo), math.Pow(10, yHi)
+	for _, a := range []*plot.Axis{&p.X, &p.Y} {
+		a.Label.TextStyle.Font.Size = 12
+		a.Tick.Label.Font.Size = 11
 	}
-	if err := png.Encode(f, img); err != nil {
-		f.Close()
-		return err
+	g := plotter.NewGrid()
+	g.Vertical.Color, g.Horizontal.Color = color.Gray{215}, color.Gray{215}
+	p.Add(g)
+	p.Legend.Top, p.Legend.Left = true, true
+	p.Legend.TextStyle.Font.Size = 12
+	p.Legend.XOffs, p.Legend.YOffs = 8, -6
+
+	for ti, t := range plotTargets {
+		st := targetStyle[t]
+		nudge := math.Exp2(float64(ti-1) * 0.12)
+		var pts whiskered
+		for _, c := range cells(recs) {
+			if !inPanel(c, op, high) {
+				continue
+			}
+			r := findRec(recs, t, c)
+			if r == nil || r.MiBPerS <= 0 {
+				continue
+			}
+			lo, hi := r.MiBPerS, r.MiBPerS
+			if r.MiBPerSMin > 0 {
+				lo, hi = r.MiBPerSMin, r.MiBPerSMax
+			}
+			pts = append(pts, whisker{x: float64(c.size) * nudge, y: r.MiBPerS, lo: lo, hi: hi})
+		}
+		if len(pts) == 0 {
+			continue
+		}
+		line, scatter, err := plotter.NewLinePoints(pts)
+		if err != nil {
+			continue // NaN or infinite values: nothing sensible to draw
+		}
+		line.Color, line.Width = st.color, 2
+		scatter.Color, scatter.Shape, scatter.Radius = st.color, st.shape, 4
+		bars, err := plotter.NewYErrorBars(pts)
+		if err == nil {
+			bars.Color, bars.Width, bars.CapWidth = st.color, 1.5, 6
+			p.Add(bars)
+		}
+		p.Add(line, scatter)
+		p.Legend.Add(t, line, scatter)
 	}
-	return f.Close()
+	return p
+}
+
+// whisker is a median with the min and max of the rounds around it.
+type whisker struct{ x, y, lo, hi float64 }
+
+type whiskered []whisker
+
+func (w whiskered) Len() int                    { return len(w) }
+func (w whiskered) XY(i int) (float64, float64) { return w[i].x, w[i].y }
+func (w whiskered) YError(i int) (float64, float64) {
+	return w[i].y - w[i].lo, w[i].hi - w[i].y
+}
+
+// sizeTicks labels the measured object sizes.
+type sizeTicks struct{}
+
+func (sizeTicks) Ticks(_, _ float64) []plot.Tick {
+	var ts []plot.Tick
+	for _, s := range plotSizes {
+		ts = append(ts, plot.Tick{Value: float64(s), Label: strings.ReplaceAll(sizeLabel(s), " ", "\u00a0")})
+	}
+	return ts
+}
+
+// decadeTicks labels each power of ten and marks 2..9 times it.
+type decadeTicks struct{}
+
+func (decadeTicks) Ticks(lo, hi float64) []plot.Tick {
+	var ts []plot.Tick
+	for d := math.Floor(math.Log10(lo)); d <= math.Ceil(math.Log10(hi)); d++ {
+		v := math.Pow(10, d)
+		ts = append(ts, plot.Tick{Value: v, Label: decadeLabel(v)})
+		for m := 2.0; m < 10; m++ {
+			if m*v <= hi {
+				ts = append(ts, plot.Tick{Value: m * v})
+			}
+		}
+	}
+	return ts
+}
+
+func decadeLabel(v float64) string {
+	if v >= 1 {
+		return fmt.Sprintf("%.0f", v)
+	}
+	return strings.TrimRight(fmt.Sprintf("%.4f", v), "0")
 }
 
 // inPanel reports whether cell c is drawn in the panel for op (PUT includes
@@ -152,7 +222,6 @@ func inPanel(c cell, op string, high bool) bool {
 
 // panelLabel names a panel after the concurrencies its cells ran at.
 func panelLabel(recs []Record, op string, high bool) string {
-	label := op
 	var concs []string
 	first := 0
 	for _, c := range cells(recs) {
@@ -162,109 +231,18 @@ func panelLabel(recs []Record, op string, high bool) string {
 		if first == 0 {
 			first = c.conc
 		} else if c.conc != first {
-			concs = append(concs, fmt.Sprintf("%d AT %s", c.conc, strings.ReplaceAll(strings.ReplaceAll(sizeLabel(c.size), "iB", ""), " ", "")))
+			concs = append(concs, fmt.Sprintf("%d at %s", c.conc, sizeLabel(c.size)))
 		}
 	}
 	if first == 0 {
-		return label + ": NOT MEASURED"
+		return op + ": not measured"
 	}
-	label += fmt.Sprintf(", %d CLIENT", first)
+	label := fmt.Sprintf("%s, %d client", op, first)
 	if first > 1 {
-		label += "S"
+		label += "s"
 	}
 	if len(concs) > 0 {
 		label += " (" + strings.Join(concs, ", ") + ")"
 	}
 	return label
-}
-
-func drawPanel(img canvas, recs []Record, x0, y0, w, h int, op string, high bool, yLo, yHi float64) {
-	left, right, top, bottom := x0+80, x0+w-20, y0+30, y0+h-50
-	label := panelLabel(recs, op, high)
-	img.text(left+(right-left-textWidth(label))/2, y0+4, label, black)
-	// x: log2(size) from 4 KiB (12) to 256 MiB (28), padded.
-	xLo, xHi := 11.5, 28.5
-	px := func(size int64) int {
-		return left + int(float64(right-left)*(math.Log2(float64(size))-xLo)/(xHi-xLo))
-	}
-	py := func(v float64) int {
-		return bottom - int(float64(bottom-top)*(math.Log10(v)-yLo)/(yHi-yLo))
-	}
-	for d := yLo; d <= yHi; d++ {
-		y := py(math.Pow(10, d))
-		img.line(left, y, right, y, 0, grid)
-		l := decadeLabel(d)
-		img.text(left-10-textWidth(l), y-7, l, axisGrey)
-	}
-	for _, s := range []int64{4 << 10, 64 << 10, 1 << 20, 64 << 20, 256 << 20} {
-		x := px(s)
-		img.line(x, top, x, bottom, 0, grid)
-		l := strings.ReplaceAll(strings.ReplaceAll(sizeLabel(s), "iB", ""), " ", "")
-		img.text(x-textWidth(l)/2, bottom+8, l, axisGrey)
-	}
-	img.line(left, top, left, bottom, 0, axisGrey)
-	img.line(left, bottom, right, bottom, 0, axisGrey)
-	img.text(left+(right-left-textWidth("OBJECT SIZE"))/2, bottom+30, "OBJECT SIZE", axisGrey)
-	img.text(x0+2, y0+4, "MIB/S", axisGrey)
-
-	for ti, t := range plotTargets {
-		col := targetRGB[t]
-		off := (ti - 1) * 6
-		var pts [][2]int
-		for _, c := range cells(recs) {
-			if !inPanel(c, op, high) {
-				continue
-			}
-			r := findRec(recs, t, c)
-			if r == nil || r.MiBPerS <= 0 {
-				continue
-			}
-			x := px(c.size) + off
-			pts = append(pts, [2]int{x, py(r.MiBPerS)})
-			if r.MiBPerSMin > 0 {
-				img.line(x, py(r.MiBPerSMin), x, py(r.MiBPerSMax), 0, col)
-			}
-		}
-		for i := 1; i < len(pts); i++ {
-			img.line(pts[i-1][0], pts[i-1][1], pts[i][0], pts[i][1], 1, col)
-		}
-		for _, p := range pts {
-			img.dot(p[0], p[1], 4, col)
-		}
-	}
-}
-
-func decadeLabel(d float64) string {
-	v := math.Pow(10, d)
-	if v >= 1 {
-		return fmt.Sprintf("%.0f", v)
-	}
-	return strings.TrimRight(fmt.Sprintf("%.4f", v), "0")
-}
-
-// glyphs is a 5x7 bitmap font: seven rows of five bits, most significant left.
-var glyphs = map[rune][7]byte{
-	'A': {0x0E, 0x11, 0x11, 0x1F, 0x11, 0x11, 0x11}, 'B': {0x1E, 0x11, 0x11, 0x1E, 0x11, 0x11, 0x1E},
-	'C': {0x0E, 0x11, 0x10, 0x10, 0x10, 0x11, 0x0E}, 'D': {0x1E, 0x11, 0x11, 0x11, 0x11, 0x11, 0x1E},
-	'E': {0x1F, 0x10, 0x10, 0x1E, 0x10, 0x10, 0x1F}, 'F': {0x1F, 0x10, 0x10, 0x1E, 0x10, 0x10, 0x10},
-	'G': {0x0E, 0x11, 0x10, 0x17, 0x11, 0x11, 0x0F}, 'H': {0x11, 0x11, 0x11, 0x1F, 0x11, 0x11, 0x11},
-	'I': {0x0E, 0x04, 0x04, 0x04, 0x04, 0x04, 0x0E}, 'J': {0x07, 0x02, 0x02, 0x02, 0x02, 0x12, 0x0C},
-	'K': {0x11, 0x12, 0x14, 0x18, 0x14, 0x12, 0x11}, 'L': {0x10, 0x10, 0x10, 0x10, 0x10, 0x10, 0x1F},
-	'M': {0x11, 0x1B, 0x15, 0x15, 0x11, 0x11, 0x11}, 'N': {0x11, 0x11, 0x19, 0x15, 0x13, 0x11, 0x11},
-	'O': {0x0E, 0x11, 0x11, 0x11, 0x11, 0x11, 0x0E}, 'P': {0x1E, 0x11, 0x11, 0x1E, 0x10, 0x10, 0x10},
-	'Q': {0x0E, 0x11, 0x11, 0x11, 0x15, 0x12, 0x0D}, 'R': {0x1E, 0x11, 0x11, 0x1E, 0x14, 0x12, 0x11},
-	'S': {0x0F, 0x10, 0x10, 0x0E, 0x01, 0x01, 0x1E}, 'T': {0x1F, 0x04, 0x04, 0x04, 0x04, 0x04, 0x04},
-	'U': {0x11, 0x11, 0x11, 0x11, 0x11, 0x11, 0x0E}, 'V': {0x11, 0x11, 0x11, 0x11, 0x11, 0x0A, 0x04},
-	'W': {0x11, 0x11, 0x11, 0x15, 0x15, 0x15, 0x0A}, 'X': {0x11, 0x11, 0x0A, 0x04, 0x0A, 0x11, 0x11},
-	'Y': {0x11, 0x11, 0x0A, 0x04, 0x04, 0x04, 0x04}, 'Z': {0x1F, 0x01, 0x02, 0x04, 0x08, 0x10, 0x1F},
-	'0': {0x0E, 0x11, 0x13, 0x15, 0x19, 0x11, 0x0E}, '1': {0x04, 0x0C, 0x04, 0x04, 0x04, 0x04, 0x0E},
-	'2': {0x0E, 0x11, 0x01, 0x02, 0x04, 0x08, 0x1F}, '3': {0x1F, 0x02, 0x04, 0x02, 0x01, 0x11, 0x0E},
-	'4': {0x02, 0x06, 0x0A, 0x12, 0x1F, 0x02, 0x02}, '5': {0x1F, 0x10, 0x1E, 0x01, 0x01, 0x11, 0x0E},
-	'6': {0x06, 0x08, 0x10, 0x1E, 0x11, 0x11, 0x0E}, '7': {0x1F, 0x01, 0x02, 0x04, 0x08, 0x08, 0x08},
-	'8': {0x0E, 0x11, 0x11, 0x0E, 0x11, 0x11, 0x0E}, '9': {0x0E, 0x11, 0x11, 0x0F, 0x01, 0x02, 0x0C},
-	' ': {}, '.': {0, 0, 0, 0, 0, 0x0C, 0x0C}, ',': {0, 0, 0, 0, 0x0C, 0x04, 0x08},
-	'-': {0, 0, 0, 0x1F, 0, 0, 0}, '/': {0, 0x01, 0x02, 0x04, 0x08, 0x10, 0},
-	'(': {0x02, 0x04, 0x08, 0x08, 0x08, 0x04, 0x02}, ')': {0x08, 0x04, 0x02, 0x02, 0x02, 0x04, 0x08},
-	'=': {0, 0, 0x1F, 0, 0x1F, 0, 0}, ':': {0, 0x0C, 0x0C, 0, 0x0C, 0x0C, 0},
-	'?': {0x0E, 0x11, 0x01, 0x02, 0x04, 0, 0x04},
 }

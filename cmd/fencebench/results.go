@@ -8,7 +8,7 @@ import (
 	"text/tabwriter"
 )
 
-// Record is one line of bench-results.json: a (target, op, size, concurrency)
+// Record is one line of docs/bench-results.json: a (target, op, size, concurrency)
 // cell summarised over its rounds (median, min, max), or a streaming-memory run.
 type Record struct {
 	Target      string  `json:"target"` // direct, fencegate, versitygw

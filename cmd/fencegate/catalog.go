@@ -4,9 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
 	"sync/atomic"
 	"time"
+
+	"golang.org/x/sync/errgroup"
 
 	"github.com/fencegate/fencegate/gateway"
 	"github.com/fencegate/fencegate/internal/wiring"
@@ -58,34 +59,21 @@ func cmdCatalog(ctx context.Context, args []string) error {
 	var settled, failed atomic.Int64
 	start := time.Now()
 	err = store.ListKeys(ctx, bucket, func(keys []string) error {
-		work := make(chan string)
-		var wg sync.WaitGroup
-		var firstErr error
-		var mu sync.Mutex
-		for range workers {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				for k := range work {
-					if err := leases.SettleKey(ctx, bucket, k, store, true); err != nil {
-						failed.Add(1)
-						mu.Lock()
-						if firstErr == nil {
-							firstErr = fmt.Errorf("%s: %w", k, err)
-						}
-						mu.Unlock()
-						continue
-					}
-					settled.Add(1)
-				}
-			}()
-		}
+		// A failed key does not stop the others: the batch is settled whole and
+		// the first failure returned, so no context is derived from the group.
+		var g errgroup.Group
+		g.SetLimit(workers)
 		for _, k := range keys {
-			work <- k
+			g.Go(func() error {
+				if err := leases.SettleKey(ctx, bucket, k, store, true); err != nil {
+					failed.Add(1)
+					return fmt.Errorf("%s: %w", k, err)
+				}
+				settled.Add(1)
+				return nil
+			})
 		}
-		close(work)
-		wg.Wait()
-		return firstErr
+		return g.Wait()
 	})
 	if err != nil {
 		return fmt.Errorf("import stopped after %d keys (%d failed): %w", settled.Load(), failed.Load(), err)
