@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"sync"
 	"testing"
 	"time"
 
@@ -211,21 +212,31 @@ func TestCommitWaitingForLockPastExpiryIsRefused(t *testing.T) {
 func TestCommitConnectionCutSettlesOnce(t *testing.T) {
 	pgp, pgURL := faultDatabase(t)
 	bucket := "t-cutcommit-" + randomSuffix()
-	var fired <-chan struct{}
-	armed := false
+	// The hook runs on the gateway's request goroutine: fired is handed over
+	// through a channel, armed is guarded by the Once.
+	firedCh := make(chan (<-chan struct{}), 1)
+	var arm sync.Once
 	g := startGateway(t, gatewayOptions{Lease: testLease, DatabaseURL: pgURL, Hooks: lease.Hooks{
 		BeforeCommit: func(b, _, _ string) {
-			if b == bucket && !armed {
-				armed = true
+			if b != bucket {
+				return
+			}
+			arm.Do(func() {
 				// The commit is one statement in an implicit transaction: cut
 				// after its Bind, whose parameters carry the state "committed"
 				// (length-prefixed, so not the SQL text's "committed_at").
-				fired = pgp.CutAfterClientSends([]byte("\x00\x00\x00\x09committed"))
-			}
+				firedCh <- pgp.CutAfterClientSends([]byte("\x00\x00\x00\x09committed"))
+			})
 		},
 	}})
 	createBucket(t, g.Endpoint, bucket)
 	first := putRaw(g.Endpoint, bucket, "k", []byte("committed, answer cut"), nil)
+	var fired <-chan struct{}
+	select {
+	case fired = <-firedCh:
+	default:
+		t.Fatal("the commit hook never ran")
+	}
 	select {
 	case <-fired:
 	case <-time.After(10 * time.Second):
