@@ -99,8 +99,9 @@ func TestLostPutResponseIsAdoptedBeforeRetry(t *testing.T) {
 }
 
 // Case 3: a writer whose renewals are blackholed loses its lease while its
-// store request is held; another writer commits; the released request does
-// not overwrite the newer generation.
+// store request is held; another writer commits; the held request, delivered
+// to the store after all, is refused there by its fence and does not
+// overwrite the newer generation.
 func TestExpiredWriterCannotOverwrite(t *testing.T) {
 	fp, fep := faultStore(t)
 	pgp, pgURL := faultDatabase(t)
@@ -121,20 +122,26 @@ func TestExpiredWriterCannotOverwrite(t *testing.T) {
 	if b.Status != 200 {
 		t.Fatalf("newer writer: %+v", b)
 	}
-	held.Release()
+	// The stale writer has given up on its request (its lease is lost), but
+	// the request is already on the wire: it reaches the store in full, and
+	// the store refuses it by the stale writer's own fence (If-None-Match: *,
+	// the key was absent when it settled).
+	held.ReleaseDetached()
 	a := <-resA
 	pgp.Blackhole(false)
 	if a.Err != nil || a.Status != 503 || a.Code != "ServiceUnavailable" {
 		t.Fatalf("the writer that lost its lease: %+v, want 503 ServiceUnavailable", a)
 	}
-	if got := getBody(t, g2.Store, bucket, "k"); string(got) != "newer writer" {
-		t.Fatalf("store holds %q after the stale request was released", got)
+	select {
+	case ev := <-held.Delivered:
+		if ev.Status != 412 {
+			t.Fatalf("the stale request reached the store, which answered %d, want 412 (its fence)", ev.Status)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the stale request never reached the store")
 	}
-	// The stale write's own fence (If-None-Match: *, the key was absent when it
-	// settled) fails at the store now that the key exists.
-	stale := putRaw(g2.Store, bucket, "k", []byte("stale writer"), map[string]string{"If-None-Match": "*"})
-	if stale.Status != 412 {
-		t.Fatalf("the stale fence at the store: %+v, want 412", stale)
+	if got := getBody(t, g2.Store, bucket, "k"); string(got) != "newer writer" {
+		t.Fatalf("store holds %q after the stale request was delivered", got)
 	}
 	row, _ := catalogOf(t, bucket, "k")
 	if row.Generation != b.Generation {

@@ -324,6 +324,19 @@ func (p *HTTP) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		switch d := rl.held.arrive(ev); d.kind {
 		case decRelease:
 			p.forward(w, r)
+		case decReleaseDetached:
+			up, err := p.roundTrip(r.WithContext(context.WithoutCancel(r.Context())))
+			if err != nil {
+				abort(w)
+			} else {
+				ev.Status = up.resp.StatusCode
+				relay(w, up.resp)
+				up.close()
+			}
+			select {
+			case rl.held.delivered <- ev:
+			default:
+			}
 		case decFail:
 			failRequest(w, r, d.status, d.body)
 		default:
