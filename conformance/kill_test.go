@@ -22,6 +22,7 @@ import (
 	"github.com/aws/smithy-go"
 	"github.com/jackc/pgx/v5"
 
+	"github.com/fencegate/fencegate/internal/faultproxy"
 	"github.com/fencegate/fencegate/internal/stack"
 	"github.com/fencegate/fencegate/internal/testenv"
 )
@@ -209,12 +210,13 @@ func TestKilledGatewaysAreSettled(t *testing.T) {
 		t.Fatal("B's adopted bytes differ from what was sent")
 	}
 
-	// A's and C's attempts are unknown or failed, and nothing of theirs is
-	// published: kA still holds its earlier generation, kC nothing.
+	// A's and C's attempts are unknown (their holders died: nothing proves
+	// them unwritten, and no later write superseded them), and nothing of
+	// theirs is published: kA still holds its earlier generation, kC nothing.
 	for _, c := range []struct{ name, key, attempt string }{{"A", kA, attemptA}, {"C", kC, attemptC}} {
 		d := attemptDetailOf(t, c.attempt)
-		if d.state != "unknown" && d.state != "failed" {
-			t.Errorf("%s's attempt is %s, want unknown or failed", c.name, d.state)
+		if d.state != "unknown" {
+			t.Errorf("%s's attempt is %s, want unknown", c.name, d.state)
 		}
 		t.Logf("%s's attempt: %+v", c.name, d)
 		for _, g := range generationsOf(t, bucket, c.key) {
@@ -254,35 +256,38 @@ func TestKilledMidBodyLeavesNoObjectOnVersitygw(t *testing.T) {
 	if _, err := v.S3Client().CreateBucket(ctx, &s3.CreateBucketInput{Bucket: &bucket}); err != nil {
 		t.Fatal(err)
 	}
-	if truncatedPut(t, v.Endpoint, bucket, "direct") {
-		t.Log("versitygw posix kept a truncated body sent to it directly (the hazard)")
-	} else {
-		t.Log("versitygw posix did not keep a truncated body sent to it directly")
+	// The hazard: sent to versitygw directly, a truncated body is published.
+	if !storeKeepsTruncated(t, v.Endpoint, bucket, "direct") {
+		t.Fatal("versitygw posix no longer keeps a truncated body sent to it directly: this test cannot show that fencegate prevents it")
 	}
+	proxy, vp := proxyFor(t, v.Endpoint)
 
-	killed := startGatewayProcess(t, v.Endpoint, envWith(shortLeaseEnv, noReconcileEnv)...)
+	killed := startGatewayProcess(t, vp, envWith(shortLeaseEnv, noReconcileEnv)...)
 	const size = 1 << 20
+	watch := proxy.Watch(faultproxy.MethodPath("PUT", "/"+bucket+"/killed"), 1)
 	conn := startRawPut(t, killed.Endpoint, bucket, "killed", size)
 	defer conn.Close()
 	if _, err := conn.Write(randomBytes(t, size/2)); err != nil {
 		t.Fatal(err)
 	}
 	attempt := waitLeasedAttempt(t, bucket, "killed", 10*time.Second)
-	time.Sleep(300 * time.Millisecond) // the half body is on its way to the store
+	waitEvent(t, watch.Started, "the killed gateway's write to reach the store")
 	sigkillGateway(t, killed)
 	conn.Close()
-	// Whatever versitygw does with the cut request, it does within moments;
-	// the key must stay absent throughout.
-	for end := time.Now().Add(2 * time.Second); time.Now().Before(end); time.Sleep(200 * time.Millisecond) {
-		if obj := storeObjectOf(t, v.Endpoint, bucket, "killed"); obj.exists {
-			t.Fatalf("a gateway killed mid-body left an object at versitygw: %+v", obj)
-		}
+	waitEvent(t, watch.Done, "the store to see the killed gateway's write end")
+	// The store publishes a truncated body sent after that end: it has acted
+	// on the cut request by then.
+	if !storeKeepsTruncated(t, v.Endpoint, bucket, "killed.barrier") {
+		t.Fatal("the store did not publish the barrier (a truncated body sent to it directly)")
+	}
+	if obj := storeObjectOf(t, v.Endpoint, bucket, "killed"); obj.exists {
+		t.Fatalf("a gateway killed mid-body left an object at versitygw: %+v", obj)
 	}
 
 	// A live gateway process: a client that cuts its body leaves nothing, and
 	// its reconciler settles the killed gateway's attempt after the TTL.
-	live := startGatewayProcess(t, v.Endpoint, envWith(shortLeaseEnv, "FENCEGATE_RECONCILE_INTERVAL=1s")...)
-	if truncatedPut(t, live.Endpoint, bucket, "client-cut") {
+	live := startGatewayProcess(t, vp, envWith(shortLeaseEnv, "FENCEGATE_RECONCILE_INTERVAL=1s")...)
+	if truncatedPut(t, live.Endpoint, proxy, v.Endpoint, bucket, "client-cut") {
 		t.Fatal("a client's truncated upload through a gateway process left an object at versitygw")
 	}
 	waitFor(t, "the killed gateway's attempt to be settled", 30*time.Second, func() bool {

@@ -52,9 +52,24 @@ func TestStartupProbe(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Logf("versitygw posix: fenced=%v: %s", resV.Fenced(), resV)
+	// The probe exists to catch a store that ignores a condition: versitygw
+	// v1.8.0's posix backend is one (it overwrites a CopyObject destination
+	// despite If-None-Match: *). The probe must report exactly that check
+	// failed and the store unfenced; every other check passes.
+	if resV.Fenced() {
+		t.Fatalf("the probe reports versitygw posix fenced; it must catch its CopyObject If-None-Match overwrite: %s", resV)
+	}
+	seen := map[string]bool{}
 	for _, c := range resV.Checks {
-		if c.Name == "aws-chunked body cut short is not published" && !c.OK {
-			t.Fatalf("versitygw publishes a cut aws-chunked body: fencegate's truncation safety would not hold there: %s", c.Note)
+		seen[c.Name] = true
+		wantOK := c.Name != "CopyObject If-None-Match on an existing destination"
+		if c.OK != wantOK {
+			t.Errorf("versitygw posix check %q: ok=%v, want %v (%s)", c.Name, c.OK, wantOK, c.Note)
+		}
+	}
+	for _, name := range []string{"CopyObject If-None-Match on an existing destination", "aws-chunked body cut short is not published"} {
+		if !seen[name] {
+			t.Errorf("the probe no longer runs the check %q", name)
 		}
 	}
 }

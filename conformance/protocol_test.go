@@ -4,11 +4,13 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
+	dto "github.com/prometheus/client_model/go"
 
 	"github.com/fencegate/fencegate/internal/faultproxy"
 	"github.com/fencegate/fencegate/internal/testenv"
@@ -73,8 +75,10 @@ func TestLostPutResponseIsAdoptedBeforeRetry(t *testing.T) {
 	if ev := <-dropped; ev.Status != 200 {
 		t.Fatalf("the store answered %d to the first PUT", ev.Status)
 	}
-	if first.Err == nil && first.Status < 500 {
-		t.Fatalf("first PUT: %+v, want a 5xx", first)
+	// The store's answer never came: 502 from the gateway, never a
+	// transport error or another 5xx.
+	if first.Err != nil || first.Status != 502 {
+		t.Fatalf("first PUT: %+v, want 502", first)
 	}
 	as := attemptsOf(t, bucket, "k")
 	if len(as) != 1 || as[0].State != "unknown" {
@@ -95,8 +99,9 @@ func TestLostPutResponseIsAdoptedBeforeRetry(t *testing.T) {
 }
 
 // Case 3: a writer whose renewals are blackholed loses its lease while its
-// store request is held; another writer commits; the released request does
-// not overwrite the newer generation.
+// store request is held; another writer commits; the held request, delivered
+// to the store after all, is refused there by its fence and does not
+// overwrite the newer generation.
 func TestExpiredWriterCannotOverwrite(t *testing.T) {
 	fp, fep := faultStore(t)
 	pgp, pgURL := faultDatabase(t)
@@ -117,27 +122,35 @@ func TestExpiredWriterCannotOverwrite(t *testing.T) {
 	if b.Status != 200 {
 		t.Fatalf("newer writer: %+v", b)
 	}
-	held.Release()
+	// The stale writer has given up on its request (its lease is lost), but
+	// the request is already on the wire: it reaches the store in full, and
+	// the store refuses it by the stale writer's own fence (If-None-Match: *,
+	// the key was absent when it settled).
+	held.ReleaseDetached()
 	a := <-resA
 	pgp.Blackhole(false)
-	if a.Status == 200 {
-		t.Fatalf("the writer that lost its lease got 200: %+v", a)
+	if a.Err != nil || a.Status != 503 || a.Code != "ServiceUnavailable" {
+		t.Fatalf("the writer that lost its lease: %+v, want 503 ServiceUnavailable", a)
+	}
+	select {
+	case ev := <-held.Delivered:
+		if ev.Status != 412 {
+			t.Fatalf("the stale request reached the store, which answered %d, want 412 (its fence)", ev.Status)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the stale request never reached the store")
 	}
 	if got := getBody(t, g2.Store, bucket, "k"); string(got) != "newer writer" {
-		t.Fatalf("store holds %q after the stale request was released", got)
-	}
-	// The stale write's own fence (If-None-Match: *, the key was absent when it
-	// settled) fails at the store now that the key exists.
-	stale := putRaw(g2.Store, bucket, "k", []byte("stale writer"), map[string]string{"If-None-Match": "*"})
-	if stale.Status != 412 {
-		t.Fatalf("the stale fence at the store: %+v, want 412", stale)
+		t.Fatalf("store holds %q after the stale request was delivered", got)
 	}
 	row, _ := catalogOf(t, bucket, "k")
 	if row.Generation != b.Generation {
 		t.Fatalf("catalog on generation %d, want %d", row.Generation, b.Generation)
 	}
-	if n := g1.Leases.Metrics; n == nil {
-		t.Fatal("no lease metrics")
+	// The stale writer noticed the loss itself (its lost-lease counter).
+	var lost dto.Metric
+	if err := g1.Leases.Metrics.Lost.Write(&lost); err != nil || lost.GetCounter().GetValue() != 1 {
+		t.Fatalf("the stale gateway's lost-lease count is %v (%v), want 1", lost.GetCounter().GetValue(), err)
 	}
 	audit(t, g2.Store, bucket, "k")
 }
@@ -206,63 +219,165 @@ func TestCommitWaitingForLockPastExpiryIsRefused(t *testing.T) {
 }
 
 // Case 6: the connection is cut right after the commit is sent, so the gateway
-// never learns whether it committed: the bytes are kept and the generation
-// exists exactly once.
-func TestCommitConnectionCutSettlesOnce(t *testing.T) {
+// never learns whether it committed. Either the commit ran at PostgreSQL
+// before the gateway recorded the attempt unknown (6a), or after (6b); each
+// order is forced in its own test. Either way the bytes get exactly one
+// generation.
+
+// cutCommitPattern is in the commit's Bind: its parameters carry the state
+// "committed" (length-prefixed, so not the SQL text's "committed_at"). The
+// commit is one statement in an implicit transaction.
+var cutCommitPattern = []byte("\x00\x00\x00\x09committed")
+
+// armOnFirstCommit returns hooks that call arm once, at the first commit of
+// bucket (the hook runs on the gateway's request goroutine; the Once is its
+// synchronization).
+func armOnFirstCommit(bucket string, arm func()) lease.Hooks {
+	var once sync.Once
+	return lease.Hooks{BeforeCommit: func(b, _, _ string) {
+		if b == bucket {
+			once.Do(arm)
+		}
+	}}
+}
+
+// 6a: the commit reaches PostgreSQL and commits; the answer is cut and the
+// network goes dark, so the gateway's attempt to record the outcome unknown
+// cannot run first. The attempt is committed, its generation exists once,
+// and the next write follows it.
+func TestCommitCutAfterItCommittedIsKeptOnce(t *testing.T) {
 	pgp, pgURL := faultDatabase(t)
-	bucket := "t-cutcommit-" + randomSuffix()
-	var fired <-chan struct{}
-	armed := false
-	g := startGateway(t, gatewayOptions{Lease: testLease, DatabaseURL: pgURL, Hooks: lease.Hooks{
-		BeforeCommit: func(b, _, _ string) {
-			if b == bucket && !armed {
-				armed = true
-				// The commit is one statement in an implicit transaction: cut
-				// after its Bind, whose parameters carry the state "committed"
-				// (length-prefixed, so not the SQL text's "committed_at").
-				fired = pgp.CutAfterClientSends([]byte("\x00\x00\x00\x09committed"))
-			}
-		},
-	}})
+	bucket := "t-cutcommitted-" + randomSuffix()
+	firedCh := make(chan (<-chan struct{}), 1)
+	g := startGateway(t, gatewayOptions{Lease: testLease, DatabaseURL: pgURL, Hooks: armOnFirstCommit(bucket, func() {
+		firedCh <- pgp.CutAfterClientSendsThenDark(cutCommitPattern)
+	})})
 	createBucket(t, g.Endpoint, bucket)
-	first := putRaw(g.Endpoint, bucket, "k", []byte("committed, answer cut"), nil)
+	res := make(chan rawResult, 1)
+	go func() { res <- putRaw(g.Endpoint, bucket, "k", []byte("committed, answer cut"), nil) }()
+	var fired <-chan struct{}
+	select {
+	case fired = <-firedCh:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the commit hook never ran")
+	}
 	select {
 	case <-fired:
 	case <-time.After(10 * time.Second):
-		t.Fatal("the COMMIT was never cut")
+		t.Fatal("the commit was never cut")
 	}
-	if first.Status < 500 {
-		t.Fatalf("first PUT: %+v, want a 5xx (the outcome of its commit is unknown to the gateway)", first)
-	}
-	// The gateway answered after recording the attempt unknown, which locks
-	// the lease row: the cut commit either ran first (committed) or finds the
-	// lease released and writes nothing. Either way there is one outcome.
-	gens := generationsOf(t, bucket, "k")
-	as := attemptsOf(t, bucket, "k")
-	if len(as) != 1 {
-		t.Fatalf("attempts %+v, want one", as)
-	}
-	switch as[0].State {
-	case "committed":
-		if len(gens) != 1 || gens[0].Attempt != as[0].ID {
-			t.Fatalf("cut commit committed: generations %+v, want exactly its one", gens)
+	// Seen on the package's own pool (not through the dark proxy).
+	var attempt string
+	waitFor(t, "the cut commit to commit at PostgreSQL", 10*time.Second, func() bool {
+		as := attemptsOf(t, bucket, "k")
+		if len(as) == 1 && as[0].State == "committed" {
+			attempt = as[0].ID
+			return true
 		}
-	case "unknown":
-		if len(gens) != 0 {
-			t.Fatalf("cut commit left its attempt unknown but generations %+v exist", gens)
-		}
-	default:
-		t.Fatalf("after a cut commit the attempt is %+v, want committed or unknown", as[0])
+		return false
+	})
+	first := <-res
+	pgp.Blackhole(false)
+	if first.Err != nil || first.Status != 500 || first.Code != "InternalError" {
+		t.Fatalf("first PUT: %+v, want 500 InternalError (the outcome of its commit is unknown to the gateway)", first)
 	}
-	t.Logf("the cut commit's attempt is %s", as[0].State)
+	if gens := generationsOf(t, bucket, "k"); len(gens) != 1 || gens[0].Attempt != attempt {
+		t.Fatalf("generations %+v, want exactly the cut commit's", gens)
+	}
+	if s := attemptState(t, attempt); s != "committed" {
+		t.Fatalf("the committed attempt became %s", s)
+	}
 	second := putRaw(g.Endpoint, bucket, "k", []byte("next"), nil)
 	if second.Status != 200 {
 		t.Fatalf("next PUT: %+v", second)
 	}
-	// The first PUT's bytes got exactly one generation (its own commit, or
-	// adopted by the next writer's settle), then the next PUT's.
-	if gens := generationsOf(t, bucket, "k"); len(gens) != 2 || gens[0].Attempt != as[0].ID || gens[1].Attempt == as[0].ID {
+	if gens := generationsOf(t, bucket, "k"); len(gens) != 2 || gens[0].Attempt != attempt || gens[1].Attempt == attempt {
 		t.Fatalf("generations %+v, want the first PUT's once and the next", gens)
+	}
+	audit(t, g.Store, bucket, "k")
+}
+
+// 6b: the connection is cut as the commit is sent, and the commit reaches
+// PostgreSQL only after the gateway recorded the attempt unknown and released
+// the lease: held behind a lock on the lease row (seen waiting in pg_locks),
+// it then finds the lease gone and writes nothing. The next writer adopts the
+// landed bytes: one generation for them, then its own.
+func TestCommitCutBeforeItRanLeavesUnknown(t *testing.T) {
+	pgp, pgURL := faultDatabase(t)
+	pool := packageKeys(t).Pool
+	ctx := context.Background()
+	bucket := "t-cutunknown-" + randomSuffix()
+	type cutHandles struct {
+		cut, fired <-chan struct{}
+		deliver    func()
+	}
+	armed := make(chan cutHandles, 1)
+	g := startGateway(t, gatewayOptions{Lease: testLease, DatabaseURL: pgURL, Hooks: armOnFirstCommit(bucket, func() {
+		cut, fired, deliver := pgp.CutAfterClientSendsHeld(cutCommitPattern)
+		armed <- cutHandles{cut, fired, deliver}
+	})})
+	createBucket(t, g.Endpoint, bucket)
+	first := putRaw(g.Endpoint, bucket, "k", []byte("landed, commit late"), nil)
+	var h cutHandles
+	select {
+	case h = <-armed:
+	default:
+		t.Fatal("the commit hook never ran")
+	}
+	defer h.deliver()
+	select {
+	case <-h.cut:
+	default:
+		t.Fatal("the gateway answered but its commit was never cut")
+	}
+	if first.Err != nil || first.Status != 500 || first.Code != "InternalError" {
+		t.Fatalf("first PUT: %+v, want 500 InternalError (the outcome of its commit is unknown to the gateway)", first)
+	}
+	as := attemptsOf(t, bucket, "k")
+	if len(as) != 1 || as[0].State != "unknown" {
+		t.Fatalf("attempts %+v before the commit arrives, want one unknown", as)
+	}
+	// Lock the lease row, let the commit through, and see it wait for the
+	// lock: it has arrived and runs after the release.
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx)
+	if _, err := tx.Exec(ctx, `SELECT 1 FROM leases WHERE bucket = $1 AND key = 'k' FOR UPDATE`, bucket); err != nil {
+		t.Fatal(err)
+	}
+	h.deliver()
+	<-h.fired
+	commitRunning := func(cond string) func() bool {
+		return func() bool {
+			var n int
+			if err := pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity a WHERE a.datname = current_database()
+				AND a.query ILIKE '%fencegate_commit%' AND a.query NOT ILIKE '%pg_stat_activity%' AND `+cond).Scan(&n); err != nil {
+				t.Fatal(err)
+			}
+			return n > 0
+		}
+	}
+	waitFor(t, "the late commit to wait for the lease row lock", 10*time.Second,
+		commitRunning(`EXISTS (SELECT 1 FROM pg_locks l WHERE l.pid = a.pid AND NOT l.granted)`))
+	if err := tx.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the late commit to finish", 10*time.Second, func() bool { return !commitRunning(`a.state = 'active'`)() })
+	if gens := generationsOf(t, bucket, "k"); len(gens) != 0 {
+		t.Fatalf("a commit that arrived after the lease was released made generations %+v", gens)
+	}
+	if s := attemptState(t, as[0].ID); s != "unknown" {
+		t.Fatalf("the attempt is %s after its late commit, want unknown", s)
+	}
+	second := putRaw(g.Endpoint, bucket, "k", []byte("next"), nil)
+	if second.Status != 200 {
+		t.Fatalf("next PUT: %+v", second)
+	}
+	gens := generationsOf(t, bucket, "k")
+	if len(gens) != 2 || gens[0].Attempt != as[0].ID || gens[0].Origin != "adopted" || gens[1].Generation != second.Generation {
+		t.Fatalf("generations %+v, want the first PUT's bytes adopted once, then the next", gens)
 	}
 	audit(t, g.Store, bucket, "k")
 }
@@ -292,8 +407,8 @@ func TestCompleteRetryGetsSameGeneration(t *testing.T) {
 	if ev := <-dropped; ev.Status != 200 {
 		t.Fatalf("the store answered %d to the first Complete", ev.Status)
 	}
-	if first.Err == nil && first.Status < 500 {
-		t.Fatalf("first Complete: %+v, want a 5xx", first)
+	if first.Err != nil || first.Status != 502 {
+		t.Fatalf("first Complete: %+v, want 502", first)
 	}
 	retry := doRaw(g.Endpoint, "POST", path, body, nil)
 	again := doRaw(g.Endpoint, "POST", path, body, nil)

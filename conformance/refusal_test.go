@@ -18,6 +18,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/aws/smithy-go"
 
+	"github.com/fencegate/fencegate/internal/faultproxy"
 	"github.com/fencegate/fencegate/internal/stack"
 	"github.com/fencegate/fencegate/meta"
 )
@@ -73,7 +74,6 @@ func TestRefusalsNeverReachTheStore(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(10 * time.Millisecond)
 	before := g.StoreRequests.Load()
 	path := "/" + bucket + "/k"
 	now := time.Now()
@@ -190,28 +190,85 @@ func TestTruncatedUploadLeavesNoObject(t *testing.T) {
 	if _, err := v.S3Client().CreateBucket(ctx, &s3.CreateBucketInput{Bucket: &bucket}); err != nil {
 		t.Fatal(err)
 	}
-	direct := truncatedPut(t, v.Endpoint, bucket, "direct")
-	if direct {
-		t.Log("versitygw posix kept the truncated body sent to it directly (the hazard this test guards against)")
+	proxy, vp := proxyFor(t, v.Endpoint)
+	// The hazard: sent to versitygw directly, a truncated body is published.
+	if !storeKeepsTruncated(t, v.Endpoint, bucket, "direct") {
+		t.Fatal("versitygw posix no longer keeps a truncated body sent to it directly: this test cannot show that fencegate prevents it")
 	}
-	g := startGateway(t, gatewayOptions{Store: &v.Endpoint})
-	if truncatedPut(t, g.Endpoint, bucket, "through-fencegate") {
+	g := startGateway(t, gatewayOptions{Store: &vp})
+	if truncatedPut(t, g.Endpoint, proxy, v.Endpoint, bucket, "through-fencegate") {
 		t.Fatal("a truncated upload through fencegate left an object at the store")
 	}
 }
 
-// truncatedPut sends half of a 1 MiB body announced in full, closes, and
-// reports whether the store then holds the key.
-func truncatedPut(t *testing.T, ep stack.Endpoint, bucket, key string) bool {
+// proxyFor puts a fault proxy in front of a store endpoint.
+func proxyFor(t *testing.T, store stack.Endpoint) (*faultproxy.HTTP, stack.Endpoint) {
+	t.Helper()
+	p, err := faultproxy.NewHTTP(store.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(p.Close)
+	ep := store
+	ep.URL = p.URL()
+	return p, ep
+}
+
+func waitEvent(t *testing.T, ch <-chan faultproxy.Event, what string) faultproxy.Event {
+	t.Helper()
+	select {
+	case ev := <-ch:
+		return ev
+	case <-time.After(30 * time.Second):
+		t.Fatalf("timed out waiting for %s", what)
+		return faultproxy.Event{}
+	}
+}
+
+// storeKeepsTruncated sends half of a 1 MiB body announced in full straight
+// to store, closes, and waits (bounded) for the store to publish it: true
+// once it does, false if it never did within 30 s.
+func storeKeepsTruncated(t *testing.T, store stack.Endpoint, bucket, key string) bool {
 	t.Helper()
 	const size = 1 << 20
-	conn := startRawPut(t, ep, bucket, key, size)
+	conn := startRawPut(t, store, bucket, key, size)
 	_, _ = conn.Write(make([]byte, size/2))
-	time.Sleep(200 * time.Millisecond)
 	conn.Close()
-	// Give the server time to notice the cut and act on it.
-	time.Sleep(time.Second)
-	_, err := ep.S3Client().HeadObject(context.Background(), &s3.HeadObjectInput{Bucket: &bucket, Key: aws.String(key)})
+	deadline := time.Now().Add(30 * time.Second)
+	for !storeHas(t, store, bucket, key) {
+		if time.Now().After(deadline) {
+			return false
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	return true
+}
+
+// truncatedPut sends half of a 1 MiB body announced in full to client (a
+// gateway whose store is behind proxy), closes once the write reached the
+// store, waits for the store to see its request end, and reports whether the
+// store then holds the key. So that a late publication is not read as "no
+// object", it first waits until store has published a truncated body sent
+// to it directly after that end (the barrier): the store acted on the cut
+// request before then.
+func truncatedPut(t *testing.T, client stack.Endpoint, proxy *faultproxy.HTTP, store stack.Endpoint, bucket, key string) bool {
+	t.Helper()
+	const size = 1 << 20
+	w := proxy.Watch(faultproxy.MethodPath("PUT", "/"+bucket+"/"+key), 1)
+	conn := startRawPut(t, client, bucket, key, size)
+	_, _ = conn.Write(make([]byte, size/2))
+	waitEvent(t, w.Started, "the write to reach the store")
+	conn.Close()
+	waitEvent(t, w.Done, "the store to see the write end")
+	if !storeKeepsTruncated(t, store, bucket, key+".barrier") {
+		t.Fatal("the store did not publish the barrier (a truncated body sent to it directly)")
+	}
+	return storeHas(t, store, bucket, key)
+}
+
+func storeHas(t *testing.T, store stack.Endpoint, bucket, key string) bool {
+	t.Helper()
+	_, err := store.S3Client().HeadObject(context.Background(), &s3.HeadObjectInput{Bucket: &bucket, Key: aws.String(key)})
 	if err == nil {
 		return true
 	}

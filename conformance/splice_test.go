@@ -119,6 +119,12 @@ func TestSplicedGetClientGoneMidBody(t *testing.T) {
 		}
 		resp.Body.Close() // closes the connection: the rest is never read
 	}
+	// The abandoned bodies went through splice (not a copy loop): what the
+	// clients read of them was counted as spliced. Without splicing this
+	// test would only show that a copying relay survives a client gone.
+	waitFor(t, "the abandoned GETs' spliced bytes to be counted", 10*time.Second, func() bool {
+		return metricsOf(t, g.Admin)["fencegate_spliced_body_bytes_total"] > 0
+	})
 	out, err := g.S3Client().GetObject(ctx, &s3.GetObjectInput{Bucket: &bucket, Key: aws.String("big")})
 	if err != nil {
 		t.Fatal(err)

@@ -3,8 +3,11 @@ package lease_test
 import (
 	"context"
 	"errors"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	dto "github.com/prometheus/client_model/go"
 
 	"github.com/fencegate/fencegate/internal/testenv"
 	"github.com/fencegate/fencegate/lease"
@@ -31,14 +34,42 @@ func catalog(t *testing.T) *meta.Catalog {
 // demand (a partition between a holder and PostgreSQL).
 type failingRenewals struct {
 	*meta.Catalog
-	fail bool
+	fail atomic.Bool // read by the lease's renewer goroutine
 }
 
 func (f *failingRenewals) Renew(ctx context.Context, bucket, key, holder string, ttl time.Duration) (bool, error) {
-	if f.fail {
+	if f.fail.Load() {
 		return false, errors.New("injected: renewal failed")
 	}
 	return f.Catalog.Renew(ctx, bucket, key, holder, ttl)
+}
+
+// hangingRenewals stands in front of the real catalog and, once hang is set,
+// holds every renewal until its context ends (a database that stops
+// answering): no renewal fails before the holder's local deadline, so only
+// that deadline can mark the lease lost.
+type hangingRenewals struct {
+	*meta.Catalog
+	hang     atomic.Bool
+	entered  chan struct{} // told when a renewal starts hanging
+	unblock  chan struct{} // closed to let hanging renewals return
+	returned atomic.Int64  // hanging renewals that have returned
+}
+
+func (h *hangingRenewals) Renew(ctx context.Context, bucket, key, holder string, ttl time.Duration) (bool, error) {
+	if !h.hang.Load() {
+		return h.Catalog.Renew(ctx, bucket, key, holder, ttl)
+	}
+	select {
+	case h.entered <- struct{}{}:
+	default:
+	}
+	select {
+	case <-ctx.Done():
+	case <-h.unblock:
+	}
+	h.returned.Add(1)
+	return false, errors.New("injected: renewal hung")
 }
 
 func state(t *testing.T, c *meta.Catalog, id string) string {
@@ -82,9 +113,10 @@ func TestConflictBusyAndRelease(t *testing.T) {
 	l2.Finish(meta.StateFailed, "test")
 }
 
-// A holder whose renewals fail loses its lease by its local deadline, before
-// the lease expires on the database clock; a new writer then takes over and
-// the old attempt becomes unknown; the old holder's commit is refused.
+// A holder whose renewals fail loses its lease at the first failed renewal
+// (TestLocalDeadlineFiresWhileRenewalHangs covers the local deadline); a new
+// writer then takes over and the old attempt becomes unknown; the old holder's
+// commit is refused.
 func TestLostLeaseTakeoverAndRefusedCommit(t *testing.T) {
 	c := catalog(t)
 	drv := &failingRenewals{Catalog: c}
@@ -103,7 +135,7 @@ func TestLostLeaseTakeoverAndRefusedCommit(t *testing.T) {
 		t.Fatal("lost a lease whose renewals succeed")
 	default:
 	}
-	drv.fail = true
+	drv.fail.Store(true)
 	lostAt := time.Now()
 	select {
 	case <-old.Lost():
@@ -129,5 +161,63 @@ func TestLostLeaseTakeoverAndRefusedCommit(t *testing.T) {
 	}
 	if s := state(t, c, old.AttemptID); s != meta.StateFailed {
 		t.Fatalf("the superseded attempt is %s, want failed", s)
+	}
+}
+
+// A holder whose renewal hangs (the database stops answering; the call is
+// bounded only by DBTimeout, far beyond the TTL) loses its lease by its local
+// deadline: last successful renewal's send time + TTL - Margin, while the
+// hanging renewal has still not returned, and before the lease expires on the
+// database clock.
+func TestLocalDeadlineFiresWhileRenewalHangs(t *testing.T) {
+	c := catalog(t)
+	drv := &hangingRenewals{Catalog: c, entered: make(chan struct{}, 1), unblock: make(chan struct{})}
+	cfg := lease.Config{TTL: 2 * time.Second, RenewEvery: 300 * time.Millisecond, Margin: 600 * time.Millisecond,
+		WaitMax: time.Second, WaitPoll: 20 * time.Millisecond, DBTimeout: 30 * time.Second}
+	m := lease.NewManager(cfg, drv, nil)
+	ctx := context.Background()
+	req := lease.Request{Bucket: "b", Key: "deadline-" + meta.NewID(), Op: "put", DeclaredSize: 1}
+	l, err := m.Acquire(ctx, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Finish(meta.StateFailed, "test")
+	defer close(drv.unblock) // before Finish, which waits for the renewer
+	// The last renewal that succeeds is sent no later than here.
+	drv.hang.Store(true)
+	lastGoodBy := time.Now()
+	select {
+	case <-drv.entered:
+	case <-time.After(5 * time.Second):
+		t.Fatal("no renewal was attempted")
+	}
+	select {
+	case <-l.Lost():
+	case <-time.After(cfg.TTL + 5*time.Second):
+		t.Fatal("the local deadline never fired while the renewal hung")
+	}
+	lostAfter := time.Since(lastGoodBy)
+	if n := drv.returned.Load(); n != 0 {
+		t.Fatalf("%d hanging renewals returned before the lease was lost: the loss came from a failed renewal, not the deadline", n)
+	}
+	if lostAfter > cfg.TTL-cfg.Margin+time.Second {
+		t.Fatalf("lost %s after the last good renewal, later than TTL - Margin (%s)", lostAfter, cfg.TTL-cfg.Margin)
+	}
+	// The loss is local and early: on the database clock the lease is still
+	// held (it expires TTL after the last good renewal, Margin later).
+	var live bool
+	if err := c.Pool.QueryRow(ctx, `SELECT expires_at > clock_timestamp() FROM leases WHERE bucket = $1 AND key = $2 AND holder = $3`,
+		req.Bucket, req.Key, l.AttemptID).Scan(&live); err != nil {
+		t.Fatal(err)
+	}
+	if !live {
+		t.Fatal("the lease had already expired on the database clock when the holder noticed")
+	}
+	var mv dto.Metric
+	if err := m.Metrics.Lost.Write(&mv); err != nil {
+		t.Fatal(err)
+	}
+	if got := mv.GetCounter().GetValue(); got != 1 {
+		t.Fatalf("lost-lease metric %v, want 1", got)
 	}
 }

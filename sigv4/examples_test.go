@@ -2,7 +2,8 @@ package sigv4
 
 import (
 	"bytes"
-	"io"
+	"fmt"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -241,6 +242,61 @@ func TestAWSExampleChunkedTampered(t *testing.T) {
 			}
 		})
 	}
-	// Swapping the two data chunks' order breaks the chain.
-	_ = io.EOF
+}
+
+// Each chunk signature chains the previous one: two chunks, each signed
+// correctly, sent in swapped order fail at the first, before any byte of it is
+// yielded whole. So does a chunk repeated in place of another.
+func TestAWSExampleChunksSwapped(t *testing.T) {
+	v := testVerifier(exampleTime)
+	req, body := exampleChunked()
+	a, err := v.Verify(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	chunk := func(n int, size int) []byte {
+		return []byte(fmt.Sprintf("%x;chunk-signature=%s\r\n%s\r\n", size, exampleChunkSigs[n], bytes.Repeat([]byte{'a'}, size)))
+	}
+	final := []byte("0;chunk-signature=" + exampleChunkSigs[2] + "\r\n\r\n")
+	inOrder := slices.Concat(chunk(0, 65536), chunk(1, 1024), final)
+	if !bytes.Equal(inOrder, body) {
+		t.Fatal("the chunk builder does not rebuild the example")
+	}
+	// The untouched body verifies, so a failure below is the order's.
+	br, _ := a.Body(bytes.NewReader(inOrder))
+	if got, err := readBody(br, 4096); err != nil || len(got) != 66560 {
+		t.Fatalf("the example in order: %d bytes, %v", len(got), err)
+	}
+	for _, tc := range []struct {
+		name string
+		body []byte
+	}{
+		{"data chunks swapped", slices.Concat(chunk(1, 1024), chunk(0, 65536), final)},
+		{"second chunk replayed first", slices.Concat(chunk(1, 1024), chunk(1, 1024), final)},
+		{"final chunk before the second", slices.Concat(chunk(0, 65536), final, chunk(1, 1024))},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			a, err := v.Verify(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			br, _ := a.Body(bytes.NewReader(tc.body))
+			got, err := readBody(br, 1)
+			if err == nil {
+				t.Fatalf("a reordered body verified (%d bytes)", len(got))
+			}
+			if tc.name != "final chunk before the second" {
+				wantCode(t, err, CodeSignatureDoesNotMatch)
+			}
+			// The verifier streams a chunk's bytes and withholds its last
+			// until the signature is checked: the error comes at the first
+			// chunk, never after it was yielded whole.
+			if tc.name == "data chunks swapped" && len(got) >= 1024 {
+				t.Fatalf("yielded the whole first chunk (%d bytes) though its signature does not match", len(got))
+			}
+			if len(got) >= 66560 {
+				t.Fatalf("yielded the whole body (%d bytes) before the error", len(got))
+			}
+		})
+	}
 }

@@ -2,19 +2,36 @@ package sigv4
 
 import (
 	"bytes"
+	"flag"
 	"io"
 	"runtime"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"testing/iotest"
 )
+
+const otherAKID = "AKIAOTHEREXAMPLE0000"
 
 func FuzzParseAuthorization(f *testing.F) {
 	f.Add(exampleGET().Headers[1].Value)
 	f.Add("AWS4-HMAC-SHA256 Credential=A/20130524/us-east-1/s3/aws4_request, SignedHeaders=host, Signature=" + strings.Repeat("0", 64))
 	f.Add("AWS AKID:sig")
 	f.Add("AWS4-HMAC-SHA256 Credential=,,,=")
+	// The example's signature under a second key's name: a verifier that
+	// checked it with the wrong key's secret, or reported the credential's key
+	// without checking, would verify it as that key.
+	f.Add(strings.Replace(exampleGET().Headers[1].Value, exampleAKID, otherAKID, 1))
 	v := testVerifier(exampleTime)
+	v.Secrets = secrets{exampleAKID: exampleSecret, otherAKID: "a different secret"}
+	var verified atomic.Int64
+	f.Cleanup(func() {
+		// Running the seeds (not fuzzing), the example verifies: the check
+		// below is reached.
+		if fl := flag.Lookup("test.fuzz"); fl != nil && fl.Value.String() == "" && verified.Load() == 0 {
+			f.Error("no input verified: the check below never ran")
+		}
+	})
 	f.Fuzz(func(t *testing.T, auth string) {
 		ha, e := parseAuthorization(auth)
 		if e == nil {
@@ -24,8 +41,16 @@ func FuzzParseAuthorization(f *testing.F) {
 		r := exampleGET()
 		r.set("Authorization", auth)
 		a, err := v.Verify(r)
-		if err == nil && a.AccessKeyID != exampleAKID {
-			t.Fatalf("verified as %q", a.AccessKeyID)
+		if err == nil {
+			verified.Add(1)
+			// Only exampleSecret made a signature a fuzzer can reach, so only
+			// exampleAKID may verify, and only where the credential names it.
+			if a.AccessKeyID != exampleAKID {
+				t.Fatalf("verified as %q", a.AccessKeyID)
+			}
+			if !strings.Contains(auth, "Credential="+exampleAKID+"/") {
+				t.Fatalf("verified %q as %q, a key it does not name", auth, a.AccessKeyID)
+			}
 		}
 		if err != nil {
 			if _, ok := err.(*Error); !ok {

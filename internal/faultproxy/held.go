@@ -18,9 +18,14 @@ import "sync"
 type Held struct {
 	// Arrived receives an Event once per held request, when it is held.
 	Arrived <-chan Event
+	// Delivered receives an Event once per request released with
+	// ReleaseDetached, when its exchange with the store is over: Status is
+	// the store's answer, 0 if the store never answered.
+	Delivered <-chan Event
 
-	arrived chan Event
-	closing <-chan struct{}
+	arrived   chan Event
+	delivered chan Event
+	closing   <-chan struct{}
 
 	order sync.Mutex // keeps the waiting queue and Arrived in the same order
 
@@ -38,6 +43,7 @@ const (
 	decRelease decisionKind = iota
 	decFail
 	decDrop
+	decReleaseDetached
 )
 
 type decision struct {
@@ -48,13 +54,22 @@ type decision struct {
 
 func newHeld(times int, closing <-chan struct{}) *Held {
 	ch := make(chan Event, eventBuffer(times))
-	return &Held{Arrived: ch, arrived: ch, closing: closing}
+	dl := make(chan Event, eventBuffer(times))
+	return &Held{Arrived: ch, arrived: ch, Delivered: dl, delivered: dl, closing: closing}
 }
 
 // Release lets the oldest undecided held request go on. For Hold: the request
 // is forwarded to the store (body streamed) and the response relayed. For
 // HoldResponse: the store's response is relayed.
 func (h *Held) Release() { h.decide(decision{kind: decRelease}) }
+
+// ReleaseDetached is Release for Hold, except that the request is delivered
+// to the store in full even if its client has gone away meanwhile (a request
+// already on the wire when its sender gave up): the proxy reads what the
+// client sent, forwards it on a connection that the client's departure does
+// not close, relays the answer if it still can, and reports the store's
+// status on Delivered.
+func (h *Held) ReleaseDetached() { h.decide(decision{kind: decReleaseDetached}) }
 
 // Fail answers the oldest undecided held request with status and body (see
 // [HTTP.Fail] for the content type). For Hold the store never sees the

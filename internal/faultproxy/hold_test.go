@@ -2,9 +2,13 @@ package faultproxy
 
 import (
 	"io"
+	"net"
 	"net/http"
+	"net/http/httptest"
+	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 )
 
 // storeTarget stores PUT bodies and answers GETs with "resp".
@@ -186,5 +190,44 @@ func TestHTTPResetRemovesRules(t *testing.T) {
 	p.Reset()
 	if r := recv(t, goDo(t, "GET", p.URL()+"/x", ""), "passed"); r.status != 200 {
 		t.Fatalf("got %+v", r)
+	}
+}
+
+// ReleaseDetached delivers a held request in full after its client hung up,
+// and reports the store's answer on Delivered.
+func TestHoldReleaseDetachedAfterClientGone(t *testing.T) {
+	got := make(chan string, 1)
+	store := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		got <- string(b)
+		w.WriteHeader(http.StatusPreconditionFailed)
+	}))
+	defer store.Close()
+	p, err := NewHTTP(store.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	h := p.Hold(MethodPath("PUT", "/b/k"), 1)
+	conn, err := net.Dial("tcp", strings.TrimPrefix(p.URL(), "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := conn.Write([]byte("PUT /b/k HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n\r\nhello")); err != nil {
+		t.Fatal(err)
+	}
+	<-h.Arrived
+	conn.Close() // the sender gave up
+	h.ReleaseDetached()
+	select {
+	case ev := <-h.Delivered:
+		if ev.Status != http.StatusPreconditionFailed {
+			t.Fatalf("delivered: %+v, want the store's 412", ev)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("never delivered")
+	}
+	if b := <-got; b != "hello" {
+		t.Fatalf("the store got %q", b)
 	}
 }

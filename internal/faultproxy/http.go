@@ -91,6 +91,7 @@ const (
 	kindHold
 	kindHoldResponse
 	kindDelay
+	kindWatch
 )
 
 type rule struct {
@@ -102,6 +103,7 @@ type rule struct {
 	delay  time.Duration
 	events chan Event
 	held   *Held
+	starts chan Event // kindWatch: told when a request arrives
 }
 
 // NewHTTP starts a proxy on 127.0.0.1:0 in front of target, an http:// URL
@@ -197,6 +199,25 @@ func (p *HTTP) HoldResponse(m Match, times int) *Held {
 	return h
 }
 
+// Watched reports the requests a Watch rule forwarded: Started when one
+// arrives (its headers read, before its body is forwarded), Done when its
+// exchange with the store is over (the store answered and the response was
+// relayed, or the upstream connection was closed: the store has seen the
+// request end either way). Status in Done is the store's, 0 if it never
+// answered.
+type Watched struct {
+	Started <-chan Event
+	Done    <-chan Event
+}
+
+// Watch forwards matching requests unchanged and reports each one's start and
+// end (see [Watched]).
+func (p *HTTP) Watch(m Match, times int) Watched {
+	r := &rule{match: m, left: times, kind: kindWatch, events: make(chan Event, eventBuffer(times)), starts: make(chan Event, eventBuffer(times))}
+	p.add(r)
+	return Watched{Started: r.starts, Done: r.events}
+}
+
 // Delay waits d before forwarding matching requests (before reading any of
 // the body).
 func (p *HTTP) Delay(m Match, times int, d time.Duration) {
@@ -267,6 +288,23 @@ func (p *HTTP) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		case <-r.Context().Done():
 			abort(w)
 		}
+	case kindWatch:
+		select {
+		case rl.starts <- ev:
+		default:
+		}
+		up, err := p.roundTrip(r)
+		if err != nil {
+			abort(w)
+		} else {
+			ev.Status = up.resp.StatusCode
+			relay(w, up.resp)
+			up.close()
+		}
+		select {
+		case rl.events <- ev:
+		default:
+		}
 	case kindDropResponse:
 		up, err := p.roundTrip(r)
 		if err != nil {
@@ -286,6 +324,19 @@ func (p *HTTP) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		switch d := rl.held.arrive(ev); d.kind {
 		case decRelease:
 			p.forward(w, r)
+		case decReleaseDetached:
+			up, err := p.roundTrip(r.WithContext(context.WithoutCancel(r.Context())))
+			if err != nil {
+				abort(w)
+			} else {
+				ev.Status = up.resp.StatusCode
+				relay(w, up.resp)
+				up.close()
+			}
+			select {
+			case rl.held.delivered <- ev:
+			default:
+			}
 		case decFail:
 			failRequest(w, r, d.status, d.body)
 		default:

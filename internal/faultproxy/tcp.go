@@ -39,6 +39,9 @@ type TCP struct {
 type cutRule struct {
 	pattern []byte // lower-cased ASCII
 	fired   chan struct{}
+	darken  bool          // switch the blackhole on as the rule fires
+	hold    chan struct{} // if not nil, the chunk waits for it to close
+	cut     chan struct{} // closed when the client side is closed (before the chunk is written)
 }
 
 // NewTCP listens on 127.0.0.1:0 and forwards each accepted connection to
@@ -145,10 +148,34 @@ func (p *TCP) Conns() int {
 // The returned channel is closed after the rule fired: the chunk has been
 // written to the server's socket and the client side is closed.
 func (p *TCP) CutAfterClientSends(pattern []byte) <-chan struct{} {
-	if len(pattern) == 0 || len(pattern) > MaxPatternLen {
+	return p.arm(&cutRule{pattern: pattern})
+}
+
+// CutAfterClientSendsThenDark is CutAfterClientSends that also switches the
+// blackhole on as it fires, before the client side is closed: whatever the
+// client sends next on any connection (after it learns of the cut) is lost
+// until Blackhole(false), while the cut chunk still reaches the server.
+func (p *TCP) CutAfterClientSendsThenDark(pattern []byte) <-chan struct{} {
+	return p.arm(&cutRule{pattern: pattern, darken: true})
+}
+
+// CutAfterClientSendsHeld is CutAfterClientSends whose chunk is held: when
+// the pattern matches, the client side is closed and cut is closed; the
+// chunk reaches the server only once deliver is called (then fired is
+// closed, as for CutAfterClientSends). So the client may act on the cut
+// before the server sees what it sent.
+func (p *TCP) CutAfterClientSendsHeld(pattern []byte) (cut, fired <-chan struct{}, deliver func()) {
+	r := &cutRule{pattern: pattern, hold: make(chan struct{}), cut: make(chan struct{})}
+	var once sync.Once
+	return r.cut, p.arm(r), func() { once.Do(func() { close(r.hold) }) }
+}
+
+func (p *TCP) arm(r *cutRule) <-chan struct{} {
+	if len(r.pattern) == 0 || len(r.pattern) > MaxPatternLen {
 		panic("faultproxy: CutAfterClientSends pattern length out of range")
 	}
-	r := &cutRule{pattern: lowerASCII(nil, pattern), fired: make(chan struct{})}
+	r.pattern = lowerASCII(nil, r.pattern)
+	r.fired = make(chan struct{})
 	p.mu.Lock()
 	p.rules = append(p.rules, r)
 	p.mu.Unlock()
@@ -338,7 +365,17 @@ func (c *tcpConn) forwardUp(chunk []byte) bool {
 func (c *tcpConn) cut(sc net.Conn, chunk []byte, r *cutRule) {
 	c.cutDone = make(chan struct{})
 	c.cutting.Store(true)
+	if r.darken {
+		c.p.Blackhole(true)
+	}
 	c.client.Close()
+	if r.hold != nil {
+		close(r.cut)
+		select {
+		case <-r.hold:
+		case <-c.done:
+		}
+	}
 	_, _ = sc.Write(chunk)
 	if tc, ok := sc.(*net.TCPConn); ok {
 		_ = tc.CloseWrite()

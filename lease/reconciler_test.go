@@ -1,0 +1,298 @@
+package lease_test
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/fencegate/fencegate/lease"
+	"github.com/fencegate/fencegate/meta"
+)
+
+// landedStore is a store in which every attempt listed in landed has landed
+// (its bytes at its key, tagged with its id); it counts HEADs per key.
+type landedStore struct {
+	mu     sync.Mutex
+	landed map[[2]string]lease.Object
+	heads  map[[2]string]int
+	gate   chan struct{} // if not nil, every HEAD waits for it to close
+}
+
+func newLandedStore() *landedStore {
+	return &landedStore{landed: map[[2]string]lease.Object{}, heads: map[[2]string]int{}}
+}
+
+func (s *landedStore) land(bucket, key, attempt string, size int64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.landed[[2]string{bucket, key}] = lease.Object{Exists: true, ETag: "etag-" + attempt[:8], Size: size, AttemptID: attempt}
+}
+
+func (s *landedStore) Head(ctx context.Context, bucket, key string) (lease.Object, error) {
+	if s.gate != nil {
+		select {
+		case <-s.gate:
+		case <-ctx.Done():
+			return lease.Object{}, ctx.Err()
+		}
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.heads[[2]string{bucket, key}]++
+	return s.landed[[2]string{bucket, key}], nil
+}
+
+func (s *landedStore) headsOf(bucket, key string) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.heads[[2]string{bucket, key}]
+}
+
+var recLease = lease.Config{TTL: 5 * time.Second, RenewEvery: time.Second, Margin: time.Second, WaitMax: time.Second, WaitPoll: 20 * time.Millisecond}
+
+// unknownAttempts leaves n keys of a fresh bucket with one unknown attempt
+// each, whose bytes landed at st.
+func unknownAttempts(t *testing.T, m *lease.Manager, st *landedStore, n int) (string, []string, []string) {
+	t.Helper()
+	bucket := "rec-" + meta.NewID()[:8]
+	var keys, ids []string
+	for i := range n {
+		k := fmt.Sprintf("k%03d", i)
+		l, err := m.Acquire(context.Background(), lease.Request{Bucket: bucket, Key: k, Op: "put", DeclaredSize: 10})
+		if err != nil {
+			t.Fatal(err)
+		}
+		st.land(bucket, k, l.AttemptID, 10)
+		l.Finish(meta.StateUnknown, "test: the store's answer was lost")
+		keys, ids = append(keys, k), append(ids, l.AttemptID)
+	}
+	return bucket, keys, ids
+}
+
+// drain claims whatever earlier tests of the package left unresolved, for
+// long enough that it stays out of this test's scans.
+func drain(t *testing.T, m *lease.Manager) {
+	t.Helper()
+	r := lease.NewReconciler(lease.ReconcilerConfig{Batch: 100, ClaimFor: 10 * time.Minute}, m, newLandedStore(), nil)
+	for {
+		res, err := r.RunOnce(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.Claimed == 0 {
+			return
+		}
+	}
+}
+
+// A key a live writer holds is skipped (counted busy, its attempt untouched);
+// once the writer is gone and the claim has run out, the key is settled.
+func TestReconcilerSkipsBusyKeys(t *testing.T) {
+	c := catalog(t)
+	m := lease.NewManager(recLease, c, nil)
+	drain(t, m)
+	st := newLandedStore()
+	bucket, keys, ids := unknownAttempts(t, m, st, 1)
+	live, err := m.Acquire(context.Background(), lease.Request{Bucket: bucket, Key: keys[0], Op: "put", DeclaredSize: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := lease.NewReconciler(lease.ReconcilerConfig{Batch: 10, ClaimFor: 300 * time.Millisecond}, m, st, nil)
+	res, err := r.RunOnce(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res != (lease.ScanResult{Claimed: 1, Busy: 1}) {
+		t.Fatalf("scan while a live writer holds the key: %+v, want claimed 1, busy 1", res)
+	}
+	if n := st.headsOf(bucket, keys[0]); n != 0 {
+		t.Fatalf("the reconciler HEADed a key a live writer holds (%d times)", n)
+	}
+	if s := state(t, c, ids[0]); s != meta.StateUnknown {
+		t.Fatalf("the guard is %s while the key was busy, want unknown", s)
+	}
+	if s := state(t, c, live.AttemptID); s != meta.StateLeased {
+		t.Fatalf("the live writer's attempt is %s, want leased", s)
+	}
+	live.Finish(meta.StateFailed, "test")
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		res, err := r.RunOnce(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.Settled == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the key was never settled after its writer left: %+v", res)
+		}
+		time.Sleep(50 * time.Millisecond) // the claim runs out on the database clock
+	}
+	if s := state(t, c, ids[0]); s != meta.StateAdopted {
+		t.Fatalf("the landed guard is %s after settling, want adopted", s)
+	}
+}
+
+// Two reconcilers scanning at once never settle one key twice: together they
+// claim each key once, HEAD it once, and each landed attempt becomes exactly
+// one generation.
+func TestCompetingReconcilersSettleEachKeyOnce(t *testing.T) {
+	c := catalog(t)
+	m := lease.NewManager(recLease, c, nil)
+	drain(t, m)
+	st := newLandedStore()
+	const n = 12
+	bucket, keys, ids := unknownAttempts(t, m, st, n)
+	st.gate = make(chan struct{})
+	m2 := lease.NewManager(recLease, c, nil)
+	// Batches of n/2: both must claim (half each) for every key to be claimed.
+	r1 := lease.NewReconciler(lease.ReconcilerConfig{Batch: n / 2, ClaimFor: time.Minute}, m, st, nil)
+	r2 := lease.NewReconciler(lease.ReconcilerConfig{Batch: n / 2, ClaimFor: time.Minute}, m2, st, nil)
+	var wg sync.WaitGroup
+	results := make([]lease.ScanResult, 2)
+	for i, r := range []*lease.Reconciler{r1, r2} {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			res, err := r.RunOnce(context.Background())
+			if err != nil {
+				t.Error(err)
+			}
+			results[i] = res
+		}()
+	}
+	// Both scans are in flight (their claims made, HEADs held) before any
+	// settles: wait until every key is claimed, then let the HEADs go.
+	waitClaimed(t, c, bucket, n)
+	close(st.gate)
+	wg.Wait()
+	if results[0].Claimed != n/2 || results[1].Claimed != n/2 {
+		t.Fatalf("claims %+v, want %d each (every key claimed once)", results, n/2)
+	}
+	if got := results[0].Settled + results[1].Settled; got != n {
+		t.Fatalf("results %+v: %d settled, want %d", results, got, n)
+	}
+	for i, k := range keys {
+		if h := st.headsOf(bucket, k); h != 1 {
+			t.Errorf("%s HEADed %d times, want once", k, h)
+		}
+		if s := state(t, c, ids[i]); s != meta.StateAdopted {
+			t.Errorf("%s's attempt is %s, want adopted", k, s)
+		}
+		var gens int
+		if err := c.Pool.QueryRow(context.Background(), `SELECT count(*) FROM generations WHERE bucket = $1 AND key = $2`, bucket, k).Scan(&gens); err != nil {
+			t.Fatal(err)
+		}
+		if gens != 1 {
+			t.Errorf("%s has %d generations, want 1", k, gens)
+		}
+	}
+}
+
+func waitClaimed(t *testing.T, c *meta.Catalog, bucket string, n int) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		var claimed int
+		if err := c.Pool.QueryRow(context.Background(), `SELECT count(*) FROM attempts WHERE bucket = $1 AND claimed_until > clock_timestamp()`, bucket).Scan(&claimed); err != nil {
+			t.Fatal(err)
+		}
+		if claimed == n {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of %d keys claimed", claimed, n)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// A scan claims at most Batch keys; the rest wait for the next scans.
+func TestReconcilerBatchLimit(t *testing.T) {
+	c := catalog(t)
+	m := lease.NewManager(recLease, c, nil)
+	drain(t, m)
+	st := newLandedStore()
+	_, _, ids := unknownAttempts(t, m, st, 7)
+	r := lease.NewReconciler(lease.ReconcilerConfig{Batch: 3, ClaimFor: time.Minute}, m, st, nil)
+	var got []int
+	for range 4 {
+		res, err := r.RunOnce(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.Settled != res.Claimed {
+			t.Fatalf("scan %+v: not every claimed key settled", res)
+		}
+		got = append(got, res.Claimed)
+	}
+	if fmt.Sprint(got) != "[3 3 1 0]" {
+		t.Fatalf("claims per scan %v, want [3 3 1 0]", got)
+	}
+	for _, id := range ids {
+		if s := state(t, c, id); s != meta.StateAdopted {
+			t.Errorf("attempt %s is %s, want adopted", id, s)
+		}
+	}
+	// A batch over 100 is capped at 100 (the documented maximum).
+	_, _, more := unknownAttempts(t, m, st, 101)
+	big := lease.NewReconciler(lease.ReconcilerConfig{Batch: 1000, ClaimFor: time.Minute}, m, st, nil)
+	res, err := big.RunOnce(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Claimed != 100 {
+		t.Fatalf("a batch of 1000 claimed %d keys, want the cap of 100", res.Claimed)
+	}
+	if res, _ := big.RunOnce(context.Background()); res.Claimed != 1 {
+		t.Fatalf("the next scan claimed %d, want the 1 left", res.Claimed)
+	}
+	_ = more
+}
+
+// Run reports each scan on Settled: the start-up scan at once, with what it
+// settled, then one per interval.
+func TestReconcilerSettledSignal(t *testing.T) {
+	c := catalog(t)
+	m := lease.NewManager(recLease, c, nil)
+	drain(t, m)
+	st := newLandedStore()
+	_, _, ids := unknownAttempts(t, m, st, 2)
+	r := lease.NewReconciler(lease.ReconcilerConfig{Interval: 100 * time.Millisecond, Batch: 10, ClaimFor: time.Minute}, m, st, nil)
+	scans := make(chan lease.ScanResult, 16)
+	r.Settled = func(res lease.ScanResult) {
+		select {
+		case scans <- res:
+		default:
+		}
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { r.Run(ctx); close(done) }()
+	defer func() { cancel(); <-done }()
+	next := func(what string) lease.ScanResult {
+		t.Helper()
+		select {
+		case res := <-scans:
+			return res
+		case <-time.After(10 * time.Second):
+			t.Fatalf("no Settled signal for %s", what)
+			return lease.ScanResult{}
+		}
+	}
+	if res := next("the start-up scan"); res.Claimed != 2 || res.Settled != 2 {
+		t.Fatalf("start-up scan %+v, want 2 claimed and settled", res)
+	}
+	// The signal came after the settling: the attempts are resolved by now.
+	for _, id := range ids {
+		if s := state(t, c, id); s != meta.StateAdopted {
+			t.Fatalf("attempt %s is %s when the scan was reported, want adopted", id, s)
+		}
+	}
+	if res := next("the next scan"); res != (lease.ScanResult{}) {
+		t.Fatalf("second scan %+v, want nothing to do", res)
+	}
+}
