@@ -58,6 +58,13 @@ func TestConvergeRandomized(t *testing.T) {
 		startGateway(t, gatewayOptions{Store: &store, Reconcile: 2 * time.Second}),
 	}
 	direct := testenv.Store(t) // the store itself, not through the fault proxy
+	// One SDK client per gateway, made once: a client per operation would leave
+	// an idle keep-alive connection behind each time, and the gateway's
+	// per-address connection limit would rightly refuse the rest.
+	clients := make([]*s3.Client, len(gws))
+	for i, g := range gws {
+		clients[i] = g.S3Client(func(o *s3.Options) { o.RetryMaxAttempts = 1 })
+	}
 	bucket := "t-conv-rand-" + randomSuffix()
 	createBucket(t, gws[0].Endpoint, bucket)
 	keys := []string{"a", "b", "c", "d", "e/f"}
@@ -97,7 +104,8 @@ func TestConvergeRandomized(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			for i := 0; ctx.Err() == nil; i++ {
-				g := gws[rng.IntN(len(gws))]
+				gi := rng.IntN(len(gws))
+				g, c := gws[gi], clients[gi]
 				key := keys[rng.IntN(len(keys))]
 				body := []byte(fmt.Sprintf("w%d-%d-%s", w, i, key))
 				if rng.IntN(10) == 0 {
@@ -113,7 +121,7 @@ func TestConvergeRandomized(t *testing.T) {
 					if res.Status == 200 {
 						record("put", &ack{key, res.Generation, res.ETag, start, time.Now()})
 					} else {
-						record(fmt.Sprintf("put %d", res.Status), nil)
+						record(fmt.Sprintf("put %d %s", res.Status, shortCode(res.Code)), nil)
 					}
 				case op == 4:
 					src := keys[rng.IntN(len(keys))]
@@ -121,10 +129,9 @@ func TestConvergeRandomized(t *testing.T) {
 					if res.Status == 200 {
 						record("copy", &ack{key: key, gen: res.Generation, start: start, end: time.Now()})
 					} else {
-						record(fmt.Sprintf("copy %d", res.Status), nil)
+						record(fmt.Sprintf("copy %d %s", res.Status, shortCode(res.Code)), nil)
 					}
 				case op == 5:
-					c := g.S3Client(func(o *s3.Options) { o.RetryMaxAttempts = 1 })
 					up, err := c.CreateMultipartUpload(reqCtx, &s3.CreateMultipartUploadInput{Bucket: &bucket, Key: &key})
 					if err != nil {
 						record("mpu create error", nil)
@@ -146,11 +153,10 @@ func TestConvergeRandomized(t *testing.T) {
 					if res.Status == 204 {
 						record("delete", &ack{key: key, gen: res.Generation, start: start, end: time.Now()})
 					} else {
-						record(fmt.Sprintf("delete %d", res.Status), nil)
+						record(fmt.Sprintf("delete %d %s", res.Status, shortCode(res.Code)), nil)
 					}
 				case op == 7:
 					other := keys[rng.IntN(len(keys))]
-					c := g.S3Client(func(o *s3.Options) { o.RetryMaxAttempts = 1 })
 					out, err := c.DeleteObjects(reqCtx, &s3.DeleteObjectsInput{Bucket: &bucket, Delete: &types.Delete{
 						Objects: []types.ObjectIdentifier{{Key: aws.String(key)}, {Key: aws.String(other)}}}})
 					if err != nil || len(out.Errors) > 0 {
@@ -227,4 +233,12 @@ func TestConvergeRandomized(t *testing.T) {
 		}
 	}
 	t.Logf("%d acknowledged writes checked against the history", len(acks))
+}
+
+// shortCode keeps an S3 error code short for the operation counts.
+func shortCode(code string) string {
+	if len(code) > 24 {
+		return code[:24]
+	}
+	return code
 }

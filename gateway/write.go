@@ -45,12 +45,7 @@ type keyWrite struct {
 	// publishes nothing itself: it is sent unfenced under the lease, and the
 	// key is settled from the store after it.
 	version bool
-	// pinnedSource: fencegate conditioned a copy on the source version it read
-	// (x-amz-copy-source-if-match), so a 412 that is not the fence means the
-	// source changed meanwhile: the client, who asked for no condition, may
-	// simply try again.
-	pinnedSource bool
-	prepare      func(u *upstream, attemptID string) *apiError
+	prepare func(u *upstream, attemptID string) *apiError
 	// afterSettle may answer the request itself once the key is settled (a
 	// repeated Complete whose first attempt turned out to have landed).
 	afterSettle func() (done bool, e *apiError)
@@ -187,7 +182,11 @@ func (s *Server) keyedWrite(ctx *fasthttp.RequestCtx, r *request, u *upstream, w
 		}
 		if now == fence {
 			l.Fail("the store refused the request itself: " + resp.Status)
-			if w.pinnedSource && resp.StatusCode == http.StatusPreconditionFailed {
+			if resp.StatusCode == http.StatusPreconditionFailed {
+				// No condition of the client's was sent, so a 412 is a condition
+				// of fencegate's: the key moved and came back (an absent key
+				// created and deleted around the gateway meanwhile), or a copy's
+				// source changed after it was read. The client may try again.
 				drain(resp)
 				return fail(errSlowDown)
 			}
