@@ -54,20 +54,22 @@ func TestStartupProbe(t *testing.T) {
 	t.Logf("versitygw posix: fenced=%v: %s", resV.Fenced(), resV)
 	// The probe exists to catch a store that ignores a condition: versitygw
 	// v1.8.0's posix backend is one (it overwrites a CopyObject destination
-	// despite If-None-Match: *). The probe must report exactly that check
-	// failed and the store unfenced; every other check passes.
+	// despite If-None-Match: * or a stale If-Match). The probe must report
+	// exactly those checks failed and the store unfenced; every other passes.
 	if resV.Fenced() {
 		t.Fatalf("the probe reports versitygw posix fenced; it must catch its CopyObject If-None-Match overwrite: %s", resV)
 	}
 	seen := map[string]bool{}
 	for _, c := range resV.Checks {
 		seen[c.Name] = true
-		wantOK := c.Name != "CopyObject If-None-Match on an existing destination"
+		wantOK := c.Name != "CopyObject If-None-Match on an existing destination" &&
+			c.Name != "CopyObject If-Match with a stale ETag on the destination"
 		if c.OK != wantOK {
 			t.Errorf("versitygw posix check %q: ok=%v, want %v (%s)", c.Name, c.OK, wantOK, c.Note)
 		}
 	}
-	for _, name := range []string{"CopyObject If-None-Match on an existing destination", "aws-chunked body cut short is not published"} {
+	for _, name := range []string{"CopyObject If-None-Match on an existing destination", "CopyObject If-Match with a stale ETag on the destination",
+		"CompleteMultipartUpload If-Match with a stale ETag", "DeleteObject on an absent key", "aws-chunked body cut short is not published"} {
 		if !seen[name] {
 			t.Errorf("the probe no longer runs the check %q", name)
 		}
