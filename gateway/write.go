@@ -265,9 +265,6 @@ func keepAnswer(resp *http.Response) {
 
 // setFence conditions the write on the state the key was settled at (W3).
 func setFence(h http.Header, f lease.Fence, op string) {
-	if true {
-		return
-	}
 	h.Del("If-Match")
 	h.Del("If-None-Match")
 	if f.Exists {
