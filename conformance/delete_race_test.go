@@ -18,11 +18,7 @@ import (
 // Case 8a: a DeleteObject racing a PUT on the same key waits for the PUT's
 // lease, then deletes what the PUT wrote (fenced on its ETag).
 func TestDeleteRacesPut(t *testing.T) {
-	fp, fep := faultStore(t)
-	waiting := newSignal()
-	g1 := startGateway(t, gatewayOptions{Store: &fep, Lease: testLease})
-	g2 := startGateway(t, gatewayOptions{Store: &fep, Lease: testLease, DatabaseURL: testenv.DatabaseURL(t),
-		Hooks: lease.Hooks{Waiting: func(string, string) { waiting.fire() }}})
+	fp, g1, g2, waiting := twoGatewaysOnFaultStore(t)
 	bucket := "t-delrace-" + randomSuffix()
 	createBucket(t, g1.Endpoint, bucket)
 	held := fp.Hold(faultproxy.MethodPath("PUT", "/"+bucket+"/k"), 1)
@@ -128,4 +124,17 @@ func TestDeleteObjectsWhileKeysAreLeased(t *testing.T) {
 			t.Fatalf("%s: generations %+v, want v1, v2, deleted", k, gens)
 		}
 	}
+}
+
+// twoGatewaysOnFaultStore starts two gateways in front of one fault proxy; the
+// second has its own database pool and fires waiting when one of its writers
+// finds a key leased.
+func twoGatewaysOnFaultStore(t *testing.T) (fp *faultproxy.HTTP, g1, g2 *testGateway, waiting *signal) {
+	t.Helper()
+	fp, fep := faultStore(t)
+	waiting = newSignal()
+	g1 = startGateway(t, gatewayOptions{Store: &fep, Lease: testLease})
+	g2 = startGateway(t, gatewayOptions{Store: &fep, Lease: testLease, DatabaseURL: testenv.DatabaseURL(t),
+		Hooks: lease.Hooks{Waiting: func(string, string) { waiting.fire() }}})
+	return fp, g1, g2, waiting
 }

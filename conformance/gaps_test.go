@@ -15,8 +15,6 @@ import (
 
 	"github.com/fencegate/fencegate/gateway"
 	"github.com/fencegate/fencegate/internal/faultproxy"
-	"github.com/fencegate/fencegate/internal/testenv"
-	"github.com/fencegate/fencegate/lease"
 	"github.com/fencegate/fencegate/meta"
 )
 
@@ -97,11 +95,7 @@ func TestRevocationTakesEffect(t *testing.T) {
 // deadlock), every key is gone, and each key got exactly one delete
 // generation after its one write.
 func TestOverlappingDeleteObjectsBatches(t *testing.T) {
-	fp, fep := faultStore(t)
-	waiting := newSignal()
-	g1 := startGateway(t, gatewayOptions{Store: &fep, Lease: testLease})
-	g2 := startGateway(t, gatewayOptions{Store: &fep, Lease: testLease, DatabaseURL: testenv.DatabaseURL(t),
-		Hooks: lease.Hooks{Waiting: func(string, string) { waiting.fire() }}})
+	fp, g1, g2, waiting := twoGatewaysOnFaultStore(t)
 	ctx := context.Background()
 	bucket := "t-deloverlap-" + randomSuffix()
 	createBucket(t, g1.Endpoint, bucket)

@@ -25,15 +25,7 @@ import (
 // faultStore puts a fault proxy in front of the run's store.
 func faultStore(t *testing.T) (*faultproxy.HTTP, stack.Endpoint) {
 	t.Helper()
-	store := testenv.Store(t)
-	p, err := faultproxy.NewHTTP(store.URL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(p.Close)
-	ep := store
-	ep.URL = p.URL()
-	return p, ep
+	return proxyFor(t, testenv.Store(t))
 }
 
 // faultDatabase puts a TCP fault proxy in front of the package's PostgreSQL

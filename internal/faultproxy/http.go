@@ -293,14 +293,7 @@ func (p *HTTP) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		case rl.starts <- ev:
 		default:
 		}
-		up, err := p.roundTrip(r)
-		if err != nil {
-			abort(w)
-		} else {
-			ev.Status = up.resp.StatusCode
-			relay(w, up.resp)
-			up.close()
-		}
+		p.sendAndRelay(w, r, &ev)
 		select {
 		case rl.events <- ev:
 		default:
@@ -325,14 +318,7 @@ func (p *HTTP) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		case decRelease:
 			p.forward(w, r)
 		case decReleaseDetached:
-			up, err := p.roundTrip(r.WithContext(context.WithoutCancel(r.Context())))
-			if err != nil {
-				abort(w)
-			} else {
-				ev.Status = up.resp.StatusCode
-				relay(w, up.resp)
-				up.close()
-			}
+			p.sendAndRelay(w, r.WithContext(context.WithoutCancel(r.Context())), &ev)
 			select {
 			case rl.held.delivered <- ev:
 			default:
@@ -412,3 +398,16 @@ func eventBuffer(times int) int {
 }
 
 var errShortBody = errors.New("faultproxy: request body shorter than Content-Length")
+
+// sendAndRelay forwards r to the store and relays its answer, noting the
+// status in ev; a request the store did not answer is aborted.
+func (p *HTTP) sendAndRelay(w http.ResponseWriter, r *http.Request, ev *Event) {
+	up, err := p.roundTrip(r)
+	if err != nil {
+		abort(w)
+		return
+	}
+	ev.Status = up.resp.StatusCode
+	relay(w, up.resp)
+	up.close()
+}
