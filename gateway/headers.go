@@ -27,7 +27,7 @@ type headerView struct {
 
 type headerField struct{ name, value string }
 
-// mergeableHeaders may be repeated: their values are lists.
+// mergeable headers may be repeated: their values are lists.
 func mergeable(lower string) bool {
 	switch lower {
 	case "if-match", "if-none-match", "cache-control", "content-encoding":

@@ -102,7 +102,7 @@ func (p *storeConns) roundTrip(req *http.Request) (*http.Response, error) {
 		if cerr := req.Context().Err(); cerr != nil {
 			return nil, fmt.Errorf("%w (%w)", cerr, err)
 		}
-		if !reused || attempt > 0 || !staleConnError(err) || req.Context().Err() != nil {
+		if !reused || attempt > 0 || !staleConnError(err) {
 			return nil, err
 		}
 	}

@@ -2,11 +2,8 @@ package lease
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
-
-	"github.com/jackc/pgx/v5"
 
 	"github.com/fencegate/fencegate/meta"
 )
@@ -155,14 +152,17 @@ func (l *Lease) record(ctx context.Context, e *meta.Entry, unresolved []meta.Att
 	default:
 		p.Entry = meta.Entry{ETag: obj.ETag, Size: obj.Size, Origin: meta.OriginExternal}
 		kind = "external"
-		if a, ok := l.attribute(ctx, unresolved, obj); ok {
+		a, ours := l.attemptOnBytes(ctx, unresolved, obj)
+		switch {
+		case ours && adoptable(a, obj):
 			p.Settled, p.SettledState = a.ID, meta.StateAdopted
 			p.Entry.Origin, p.Entry.AttemptID = meta.OriginAdopted, a.ID
 			kind = "adopted"
-		} else if l.earlierVersion(ctx, obj) {
-			p.Entry.AttemptID = obj.AttemptID
-		} else {
-			p.Entry.AttemptID = "" // foreign or absent attribution
+		case ours && (a.State == meta.StateCommitted || a.State == meta.StateAdopted):
+			// An earlier generation's bytes, current again (a versioned
+			// bucket's newer version was deleted): found, not written now,
+			// but with their true attribution, so the catalog matches the store.
+			p.Entry.AttemptID = a.ID
 		}
 	}
 	dctx, cancel := m.dbctx(ctx)
@@ -174,50 +174,34 @@ func (l *Lease) record(ctx context.Context, e *meta.Entry, unresolved []meta.Att
 	return nil
 }
 
-// attribute finds the attempt whose id the bytes carry and checks them against
-// what it declared. A landing of an attempt already retired as failed (the
-// documented ETag limit, or a fence that reopened) is adopted too: bytes never
-// lie about who wrote them.
-func (l *Lease) attribute(ctx context.Context, unresolved []meta.Attempt, obj Object) (meta.Attempt, bool) {
+// attemptOnBytes finds this key's attempt whose id the bytes carry: among the
+// unresolved ones, or any other (one lookup), so that record can tell a landing
+// to adopt from an earlier generation's bytes and from foreign ones.
+func (l *Lease) attemptOnBytes(ctx context.Context, unresolved []meta.Attempt, obj Object) (meta.Attempt, bool) {
 	if obj.AttemptID == "" {
 		return meta.Attempt{}, false
 	}
-	var a meta.Attempt
-	found := false
 	for _, u := range unresolved {
 		if u.ID == obj.AttemptID {
-			a, found = u, true
+			return u, true
 		}
 	}
-	if !found {
-		dctx, cancel := l.m.dbctx(ctx)
-		defer cancel()
-		got, err := l.m.db.AttemptByID(dctx, obj.AttemptID)
-		if err != nil || got.Bucket != l.Bucket || got.Key != l.Key || got.State != meta.StateFailed {
-			if err != nil && !errors.Is(err, pgx.ErrNoRows) {
-				return meta.Attempt{}, false
-			}
-			return meta.Attempt{}, false
-		}
-		a = got
-	}
-	if a.Op == "delete" || a.DeclaredSize >= 0 && a.DeclaredSize != obj.Size {
+	dctx, cancel := l.m.dbctx(ctx)
+	defer cancel()
+	a, err := l.m.db.AttemptByID(dctx, obj.AttemptID)
+	if err != nil || a.Bucket != l.Bucket || a.Key != l.Key {
 		return meta.Attempt{}, false
 	}
 	return a, true
 }
 
-// earlierVersion reports bytes written by an earlier, committed attempt of
-// this key: in a versioned bucket, deleting the current version makes an older
-// one current again. The catalog records it as found (external) but keeps its
-// true attribution, so it matches what the store holds.
-func (l *Lease) earlierVersion(ctx context.Context, obj Object) bool {
-	if obj.AttemptID == "" {
+// adoptable reports a landing to adopt: an unresolved attempt, or one already
+// retired as failed (the documented ETag limit, or a fence that reopened):
+// bytes never lie about who wrote them. They must be what it declared.
+func adoptable(a meta.Attempt, obj Object) bool {
+	unresolved := a.State == meta.StateUnknown || a.State == meta.StateLeased
+	if !unresolved && a.State != meta.StateFailed {
 		return false
 	}
-	dctx, cancel := l.m.dbctx(ctx)
-	defer cancel()
-	a, err := l.m.db.AttemptByID(dctx, obj.AttemptID)
-	return err == nil && a.Bucket == l.Bucket && a.Key == l.Key &&
-		(a.State == meta.StateCommitted || a.State == meta.StateAdopted)
+	return a.Op != "delete" && (a.DeclaredSize < 0 || a.DeclaredSize == obj.Size)
 }
