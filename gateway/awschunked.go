@@ -7,6 +7,8 @@ import (
 	"hash/crc32"
 	"io"
 	"strconv"
+	"strings"
+	"sync/atomic"
 )
 
 // The store verifies what fencegate forwards itself (DESIGN.md W9): object data
@@ -19,6 +21,12 @@ const upstreamChunkSize = 1 << 20
 var checksumB64Len = map[string]int{
 	"x-amz-checksum-crc32": 8, "x-amz-checksum-crc32c": 8, "x-amz-checksum-crc64nvme": 12,
 	"x-amz-checksum-sha1": 28, "x-amz-checksum-sha256": 44,
+}
+
+// checksumValue writes a checksum header's value as the catalog records it:
+// "crc32:<base64>" for x-amz-checksum-crc32.
+func checksumValue(header, value string) string {
+	return strings.TrimPrefix(header, "x-amz-checksum-") + ":" + value
 }
 
 // trailerSource yields the trailing checksum once the payload has been read.
@@ -36,6 +44,10 @@ type chunkEncoder struct {
 	name      string
 	value     trailerSource
 	done      bool
+	checksum  string // "alg:value" as the trailer sent it, once done
+	// payloadRead counts payload bytes read so far (read by the lease's
+	// progress reports from another goroutine).
+	payloadRead atomic.Int64
 }
 
 // newChunkEncoder frames n bytes of src. If value is nil, fencegate computes a
@@ -87,6 +99,7 @@ func (e *chunkEncoder) Read(p []byte) (int, error) {
 				}
 				e.inChunk -= int64(n)
 				e.remaining -= int64(n)
+				e.payloadRead.Add(int64(n))
 				if e.inChunk == 0 {
 					e.pending = append(e.buf[:0], '\r', '\n')
 				}
@@ -130,6 +143,7 @@ func (e *chunkEncoder) Read(p []byte) (int, error) {
 			return 0, errors.New("trailing checksum " + e.name + " has the wrong length")
 		}
 		e.pending = []byte("0\r\n" + e.name + ":" + v + "\r\n\r\n")
+		e.checksum = checksumValue(e.name, v)
 		e.done = true
 	}
 }

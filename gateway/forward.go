@@ -116,6 +116,15 @@ func (u *upstream) rewind() {
 // published (W9).
 func (u *upstream) bodyComplete() bool { return u.enc == nil || u.enc.done && len(u.enc.pending) == 0 }
 
+// sentChecksum is the checksum the streamed body's trailer carried upstream
+// ("crc32:<base64>"), once it was sent; "" before that or without a body.
+func (u *upstream) sentChecksum() string {
+	if u.enc == nil || !u.bodyComplete() {
+		return ""
+	}
+	return u.enc.checksum
+}
+
 // forward sends an admitted request to the store and relays the answer.
 func (s *Server) forward(ctx *fasthttp.RequestCtx, r *request) *apiError {
 	u, e := s.buildUpstream(ctx, r)

@@ -21,6 +21,9 @@ type Tracker interface {
 	UploadStarted(ctx context.Context, bucket, key, attemptID string) error
 	UploadCreated(ctx context.Context, attemptID, uploadID string) error
 	UploadFailed(ctx context.Context, attemptID string) error
+	// UploadUnknown: CreateMultipartUpload's outcome is not known (no answer,
+	// a 5xx): an upload may exist at the store, for the reconciler to find.
+	UploadUnknown(ctx context.Context, attemptID, reason string) error
 	UploadAborted(ctx context.Context, uploadID string) error
 	// UploadAttempt finds an upload's attempt; ok is false for an upload
 	// fencegate did not create.
@@ -78,16 +81,20 @@ func (s *Server) createUpload(ctx *fasthttp.RequestCtx, r *request) *apiError {
 	u.req.Header.Set(attemptHeader, id)
 	resp, e := s.roundTrip(ctx, r, u)
 	if e != nil {
-		s.uploadFailed(id)
+		s.uploadUnknown(id, "no answer from the store: "+e.Code)
 		return e
 	}
-	if resp.StatusCode != http.StatusOK {
+	switch {
+	case resp.StatusCode >= 500:
+		s.uploadUnknown(id, "the store answered "+resp.Status)
+		return s.relay(ctx, r, resp)
+	case resp.StatusCode != http.StatusOK:
 		s.uploadFailed(id)
 		return s.relay(ctx, r, resp)
 	}
 	body, e := readResult(resp)
 	if e != nil {
-		s.uploadFailed(id)
+		s.uploadUnknown(id, "the store's success answer carried an error: "+e.Code)
 		return e
 	}
 	uploadID := xmlElement(body, "UploadId")
@@ -104,6 +111,14 @@ func (s *Server) uploadFailed(id string) {
 	dctx, cancel := s.dbctx()
 	defer cancel()
 	_ = s.deps.Tracker.UploadFailed(dctx, id)
+}
+
+func (s *Server) uploadUnknown(id, reason string) {
+	dctx, cancel := s.dbctx()
+	defer cancel()
+	if err := s.deps.Tracker.UploadUnknown(dctx, id, reason); err != nil {
+		s.deps.Log.Warn("could not record a multipart upload's unknown outcome; it stays open", "attempt", id, "err", err)
+	}
 }
 
 // abortUpload passes the abort through and records it.
@@ -156,8 +171,7 @@ func (s *Server) completeUpload(ctx *fasthttp.RequestCtx, r *request) *apiError 
 		},
 	}
 	if tracked {
-		w.attemptID = a.AttemptID
-		w.mayHaveLanded = a.MayHaveLanded()
+		w.uploadAttempt = a.AttemptID
 		w.afterSettle = func() (bool, *apiError) {
 			dctx, cancel := s.dbctx()
 			a, _, err := s.deps.Tracker.UploadAttempt(dctx, uploadID)

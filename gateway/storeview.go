@@ -38,6 +38,9 @@ func (v storeView) head(ctx context.Context, bucket, key, versionID string, out 
 	if err != nil {
 		return err
 	}
+	// The object's stored checksum lets settling tell an unknown attempt's
+	// landing from other bytes of the same size.
+	req.Header.Set("X-Amz-Checksum-Mode", "ENABLED")
 	resp, err := v.b.send(req, emptySHA256)
 	if err != nil {
 		return err
@@ -50,6 +53,7 @@ func (v storeView) head(ctx context.Context, bucket, key, versionID string, out 
 		out.ETag = trimETag(resp.Header.Get("ETag"))
 		out.Size, _ = strconv.ParseInt(resp.Header.Get("Content-Length"), 10, 64)
 		out.AttemptID = resp.Header.Get(attemptHeader)
+		out.Checksum = storedChecksum(resp.Header)
 		out.Header = resp.Header
 		return nil
 	case http.StatusNotFound:
@@ -67,6 +71,18 @@ func (v storeView) head(ctx context.Context, bucket, key, versionID string, out 
 	default:
 		return &storeStatusError{Status: resp.StatusCode, What: fmt.Sprintf("HEAD %s/%s", bucket, key)}
 	}
+}
+
+// storedChecksum is the full-object checksum a HEAD reports, as the catalog
+// records checksums ("crc32:<base64>"); a multipart object's composite
+// checksum ("...-N") is not one a single body had, so it is left out.
+func storedChecksum(h http.Header) string {
+	for name := range checksumB64Len {
+		if v := h.Get(name); v != "" && !strings.Contains(v, "-") {
+			return checksumValue(name, v)
+		}
+	}
+	return ""
 }
 
 // storeStatusError is a store answer that is neither the object nor its

@@ -34,11 +34,13 @@ const generationHeader = "x-fencegate-generation"
 type keyWrite struct {
 	op        string // put, copy, complete, delete
 	key       string // r.key, or a DeleteObjects entry's
-	declared  int64
-	attemptID string // an existing attempt (a multipart upload's)
-	// mayHaveLanded: that attempt's earlier try has an unknown outcome.
-	mayHaveLanded bool
-	clientCond    bool // the client sent If-Match / If-None-Match itself
+	declared int64
+	// uploadAttempt: the multipart upload a Complete try publishes. Every try
+	// is a new attempt; this names the upload it belongs to.
+	uploadAttempt string
+	// checksum the client declared for the body up front ("crc32:<base64>").
+	checksum   string
+	clientCond bool // the client sent If-Match / If-None-Match itself
 	// noWait gives up at once if the key is leased (DeleteObjects' first pass).
 	noWait bool
 	// version: the write addresses one version (a versioned delete). It
@@ -101,8 +103,8 @@ func (s *Server) writeKey(ctx *fasthttp.RequestCtx, r *request, u *upstream, w k
 func (s *Server) keyedWrite(ctx *fasthttp.RequestCtx, r *request, u *upstream, w keyWrite) keyOutcome {
 	fail := func(e *apiError) keyOutcome { return keyOutcome{e: e} }
 	l, err := s.leases.Acquire(context.Background(), lease.Request{
-		Bucket: r.bucket, Key: w.key, Op: w.op, AttemptID: w.attemptID, DeclaredSize: w.declared,
-		ClientConditional: w.clientCond, MayHaveLanded: w.mayHaveLanded, NoWait: w.noWait,
+		Bucket: r.bucket, Key: w.key, Op: w.op, UploadAttempt: w.uploadAttempt, DeclaredSize: w.declared,
+		Checksum: w.checksum, ClientConditional: w.clientCond, NoWait: w.noWait,
 	})
 	if err != nil {
 		if w.noWait && errors.Is(err, lease.ErrBusy) {
@@ -147,12 +149,20 @@ func (s *Server) keyedWrite(ctx *fasthttp.RequestCtx, r *request, u *upstream, w
 		case <-stopWatch:
 		}
 	}()
+	if u.enc != nil {
+		// Writers waiting for this key wait on while the body flows.
+		l.ReportProgress(u.enc.payloadRead.Load)
+	}
 	s.noteUnfenced(r.id, r.bucket, w.key, w.op)
 	sent = true
 	var resp *http.Response
 	for try := 0; ; try++ {
+		l.Sending(fence, ourFence)
 		var e *apiError
 		resp, e = s.roundTrip(ctx, r, u)
+		if c := u.sentChecksum(); c != "" {
+			l.SentChecksum(c)
+		}
 		if e != nil {
 			// Nothing can have been published if the body never completed.
 			if u.bodyComplete() {
@@ -290,7 +300,7 @@ func (s *Server) putObject(ctx *fasthttp.RequestCtx, r *request) *apiError {
 	}
 	defer u.finish(r)
 	return s.writeKey(ctx, r, u, keyWrite{
-		op: "put", declared: r.bytesIn, clientCond: hasClientCondition(r),
+		op: "put", declared: r.bytesIn, checksum: declaredChecksum(r.hdr), clientCond: hasClientCondition(r),
 		prepare: func(u *upstream, id string) *apiError {
 			u.req.Header.Set(attemptHeader, id)
 			return nil
@@ -299,6 +309,17 @@ func (s *Server) putObject(ctx *fasthttp.RequestCtx, r *request) *apiError {
 			return lease.Landed{ETag: trimETag(resp.Header.Get("ETag")), Size: r.bytesIn}, nil
 		},
 	})
+}
+
+// declaredChecksum is the body checksum a client sent as a header, as the
+// catalog records it; "" when it sends none up front (a trailer, or none).
+func declaredChecksum(h *headerView) string {
+	for _, f := range h.fields {
+		if _, ok := checksumB64Len[f.name]; ok {
+			return checksumValue(f.name, f.value)
+		}
+	}
+	return ""
 }
 
 // deleteObject: DeleteObject under the protocol, fenced with If-Match; a

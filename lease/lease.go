@@ -23,7 +23,13 @@ type Config struct {
 	// time + TTL - Margin) and the lease's expiry on the database clock.
 	Margin    time.Duration
 	WaitMax   time.Duration // how long a writer without its own condition waits for a leased key (then 503)
-	WaitPoll  time.Duration // how often a waiting writer retries
+	// WaitLimit is how long such a writer may wait in all while the holder
+	// is making progress (its write's bytes flowing): past WaitMax it keeps
+	// waiting only while the holder's progress is recent.
+	WaitLimit time.Duration
+	// ProgressEvery is how often a holder whose bytes flow records it.
+	ProgressEvery time.Duration
+	WaitPoll      time.Duration // how often a waiting writer retries
 	DBTimeout time.Duration // bound on every database call
 	Gateway   string        // this process's identity, recorded on its attempts
 }
@@ -41,6 +47,12 @@ func (c *Config) setDefaults() {
 	if c.WaitMax == 0 {
 		c.WaitMax = 10 * time.Second
 	}
+	if c.WaitLimit == 0 {
+		c.WaitLimit = max(6*c.WaitMax, c.WaitMax)
+	}
+	if c.ProgressEvery == 0 {
+		c.ProgressEvery = min(2*time.Second, c.RenewEvery)
+	}
 	if c.WaitPoll == 0 {
 		c.WaitPoll = 50 * time.Millisecond
 	}
@@ -54,9 +66,17 @@ func (c *Config) setDefaults() {
 
 // Validate reports configurations under which the protocol cannot hold.
 func (c Config) Validate() error {
+	for _, d := range []time.Duration{c.TTL, c.RenewEvery, c.Margin, c.WaitMax, c.WaitLimit, c.ProgressEvery, c.WaitPoll, c.DBTimeout} {
+		if d < 0 {
+			return errors.New("lease durations must not be negative")
+		}
+	}
 	c.setDefaults()
 	if c.RenewEvery >= c.TTL-c.Margin {
 		return errors.New("lease renewal interval must be shorter than TTL - margin")
+	}
+	if c.WaitLimit < c.WaitMax {
+		return errors.New("the maximum lease wait must be at least the lease wait")
 	}
 	return nil
 }
@@ -66,7 +86,11 @@ type Driver interface {
 	// Acquire also returns the key's state, read under the new lease.
 	Acquire(ctx context.Context, p meta.AcquireParams) (bool, *meta.KeyState, error)
 	Renew(ctx context.Context, bucket, key, holder string, ttl time.Duration) (bool, error)
-	Release(ctx context.Context, bucket, key, holder, state, reason string) error
+	// Progress records that holder's write is moving bytes.
+	Progress(ctx context.Context, bucket, key, holder string) error
+	// HolderProgressing: the key's live holder recorded progress within `within`.
+	HolderProgressing(ctx context.Context, bucket, key string, within time.Duration) (bool, error)
+	Release(ctx context.Context, bucket, key, holder string, end meta.Ending) error
 	KeyState(ctx context.Context, bucket, key string) (meta.KeyState, error)
 	Commit(ctx context.Context, p meta.CommitParams) (int64, error)
 	AttemptByID(ctx context.Context, id string) (meta.Attempt, error)
@@ -114,20 +138,19 @@ func (m *Manager) Config() Config { return m.cfg }
 type Request struct {
 	Bucket, Key string
 	Op          string // put, copy, complete, delete
-	// AttemptID of an existing attempt (a multipart upload's, at Complete);
-	// empty makes a new one.
-	AttemptID    string
-	DeclaredSize int64 // -1: not known
-	Checksum     string
+	// UploadAttempt is the multipart upload a Complete try publishes (its
+	// attempt id). Every try is a new attempt of its own: a retry never
+	// touches an earlier try's guard or lease.
+	UploadAttempt string
+	DeclaredSize  int64 // -1: not known
+	// Checksum of the body when the client gave one up front ("crc32:<base64>").
+	Checksum string
 	// ClientConditional: the client sent If-Match / If-None-Match itself, so a
 	// leased key is a conflict, not a wait.
 	ClientConditional bool
 	// NoWait: give up at once if the key is leased (the reconciler, DeleteObjects).
 	NoWait bool
-	// MayHaveLanded: the existing attempt's earlier try has an unknown outcome
-	// (a repeated Complete), so settling must look at the store.
-	MayHaveLanded bool
-	settle        bool
+	settle bool // a settler (the reconciler): no attempt, always HEADs
 }
 
 func (m *Manager) dbctx(ctx context.Context) (context.Context, context.CancelFunc) {
@@ -136,19 +159,18 @@ func (m *Manager) dbctx(ctx context.Context) (context.Context, context.CancelFun
 
 // Acquire takes the key's lease and records the attempt before any byte goes
 // to the store (W1, W2). A writer with its own condition gets ErrConflict while
-// the key is leased; any other waits up to WaitMax, without reading its body,
-// then gets ErrBusy.
+// the key is leased; any other waits, without reading its body, up to WaitMax,
+// and beyond it up to WaitLimit while the holder's bytes keep flowing, then
+// gets ErrBusy.
 func (m *Manager) Acquire(ctx context.Context, req Request) (*Lease, error) {
-	id := req.AttemptID
-	existing := id != ""
-	if !existing {
-		id = meta.NewID()
-	}
+	id := meta.NewID()
 	p := meta.AcquireParams{
-		Bucket: req.Bucket, Key: req.Key, Existing: existing, NoAttempt: req.settle, TTL: m.cfg.TTL,
-		Attempt: meta.Attempt{ID: id, Op: req.Op, Gateway: m.cfg.Gateway, DeclaredSize: req.DeclaredSize, Checksum: req.Checksum},
+		Bucket: req.Bucket, Key: req.Key, NoAttempt: req.settle, TTL: m.cfg.TTL,
+		Attempt: meta.Attempt{ID: id, Op: req.Op, Gateway: m.cfg.Gateway, DeclaredSize: req.DeclaredSize,
+			Checksum: req.Checksum, UploadAttempt: req.UploadAttempt},
 	}
-	waitUntil := time.Now().Add(m.cfg.WaitMax)
+	start := time.Now()
+	waitUntil, limit := start.Add(m.cfg.WaitMax), start.Add(m.cfg.WaitLimit)
 	waited := false
 	for {
 		sent := time.Now()
@@ -174,7 +196,7 @@ func (m *Manager) Acquire(ctx context.Context, req Request) (*Lease, error) {
 			m.Metrics.Refused.WithLabelValues("conflict").Inc()
 			return nil, ErrConflict
 		}
-		if req.NoWait || time.Now().After(waitUntil) {
+		if req.NoWait || time.Now().After(waitUntil) && !m.holderProgressing(ctx, req, limit) {
 			m.Metrics.Refused.WithLabelValues("busy").Inc()
 			return nil, ErrBusy
 		}
@@ -189,6 +211,18 @@ func (m *Manager) Acquire(ctx context.Context, req Request) (*Lease, error) {
 		case <-time.After(poll):
 		}
 	}
+}
+
+// holderProgressing reports, for a writer past its base wait, whether it may
+// wait on: its limit is not reached and the holder's bytes are flowing.
+func (m *Manager) holderProgressing(ctx context.Context, req Request, limit time.Time) bool {
+	if time.Now().After(limit) {
+		return false
+	}
+	dctx, cancel := m.dbctx(ctx)
+	defer cancel()
+	ok, err := m.db.HolderProgressing(dctx, req.Bucket, req.Key, 2*m.cfg.ProgressEvery)
+	return err == nil && ok
 }
 
 // Lease is a held key lease. It renews itself until Commit or Finish; Lost is
@@ -212,6 +246,12 @@ type Lease struct {
 	mu       sync.Mutex
 	timer    *time.Timer
 	finished bool
+	// sentWith is the condition the write went to the store with, and
+	// checksum the body's, both recorded with the attempt's ending.
+	sentWith *string
+	checksum string
+	// progress, if set, counts the write's bytes so far (see ReportProgress).
+	progress func() int64
 }
 
 func (m *Manager) newLease(req Request, id string, sent time.Time) *Lease {
@@ -249,12 +289,18 @@ func (l *Lease) renew() {
 	defer l.renewer.Done()
 	t := time.NewTicker(l.m.cfg.RenewEvery)
 	defer t.Stop()
+	p := time.NewTicker(l.m.cfg.ProgressEvery)
+	defer p.Stop()
+	var seen int64
 	for {
 		select {
 		case <-l.stop:
 			return
 		case <-l.lost:
 			return
+		case <-p.C:
+			l.noteProgress(&seen)
+			continue
 		case <-t.C:
 		}
 		sent := time.Now()
@@ -269,6 +315,32 @@ func (l *Lease) renew() {
 		l.timer.Reset(time.Until(sent.Add(l.m.cfg.TTL - l.m.cfg.Margin)))
 		l.mu.Unlock()
 	}
+}
+
+// ReportProgress gives the lease a count of its write's bytes so far; while
+// it grows, the lease records progress every ProgressEvery, so writers
+// waiting for the key wait on (up to WaitLimit) instead of giving up.
+func (l *Lease) ReportProgress(bytesSoFar func() int64) {
+	l.mu.Lock()
+	l.progress = bytesSoFar
+	l.mu.Unlock()
+}
+
+func (l *Lease) noteProgress(seen *int64) {
+	l.mu.Lock()
+	count := l.progress
+	l.mu.Unlock()
+	if count == nil {
+		return
+	}
+	n := count()
+	if n == *seen {
+		return
+	}
+	*seen = n
+	ctx, cancel := l.m.dbctx(context.Background())
+	defer cancel()
+	_ = l.m.db.Progress(ctx, l.Bucket, l.Key, l.AttemptID)
 }
 
 func (l *Lease) stopRenewing() {
@@ -288,8 +360,14 @@ func (l *Lease) Commit(ctx context.Context, landed Landed) (int64, error) {
 	if l.m.Hooks.BeforeCommit != nil {
 		l.m.Hooks.BeforeCommit(l.Bucket, l.Key, l.AttemptID)
 	}
+	// The generation names the attempt id its bytes carry: a Complete try's
+	// upload (tagged at CreateMultipartUpload), else the attempt itself.
+	onBytes := l.AttemptID
+	if l.req.UploadAttempt != "" {
+		onBytes = l.req.UploadAttempt
+	}
 	e := meta.Entry{ETag: landed.ETag, Size: landed.Size, Deleted: landed.Deleted,
-		Origin: meta.OriginFencegate, AttemptID: l.AttemptID}
+		Origin: meta.OriginFencegate, AttemptID: onBytes}
 	dctx, cancel := l.m.dbctx(ctx)
 	defer cancel()
 	gen, err := l.m.db.Commit(dctx, meta.CommitParams{
@@ -336,7 +414,36 @@ func (l *Lease) finish(state, reason string) {
 	// the reconciler.
 	ctx, cancel := l.m.dbctx(context.Background())
 	defer cancel()
-	_ = l.m.db.Release(ctx, l.Bucket, l.Key, l.AttemptID, state, reason)
+	l.mu.Lock()
+	end := meta.Ending{State: state, Reason: reason, Fence: l.sentWith, Checksum: l.checksum}
+	l.mu.Unlock()
+	_ = l.m.db.Release(ctx, l.Bucket, l.Key, l.AttemptID, end)
+}
+
+// Sending records the condition the write goes to the store with: f when
+// ours, none ("") when the client sent its own or the write is unfenced. It
+// decides which later commits can retire this attempt's guard if its outcome
+// is unknown (a delete re-opens If-None-Match: *).
+func (l *Lease) Sending(f Fence, ours bool) {
+	v := ""
+	switch {
+	case ours && f.Exists:
+		v = f.ETag
+	case ours:
+		v = "*"
+	}
+	l.mu.Lock()
+	l.sentWith = &v
+	l.mu.Unlock()
+}
+
+// SentChecksum records the checksum the body went to the store with
+// ("crc32:<base64>"), so an unknown outcome is adopted only if the store's
+// object has it.
+func (l *Lease) SentChecksum(c string) {
+	l.mu.Lock()
+	l.checksum = c
+	l.mu.Unlock()
 }
 
 // Close releases a lease that was neither committed nor finished (a panic, a

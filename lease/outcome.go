@@ -47,9 +47,3 @@ func UploadOf(a meta.Attempt) Upload {
 func (u Upload) Published() bool {
 	return u.state == meta.StateCommitted || u.state == meta.StateAdopted
 }
-
-// MayHaveLanded reports an upload whose earlier Complete has an unknown
-// outcome, so its key must be looked at in the store before another try.
-func (u Upload) MayHaveLanded() bool {
-	return u.state == meta.StateUnknown || u.state == meta.StateLeased
-}

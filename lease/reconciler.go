@@ -2,6 +2,7 @@ package lease
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"time"
 )
@@ -31,11 +32,30 @@ type ScanResult struct {
 	Claimed, Settled, Busy, Errors int
 }
 
+// Validate refuses a configuration the reconciler cannot run with (zero
+// values take their defaults).
+func (c ReconcilerConfig) Validate() error {
+	switch {
+	case c.Interval < 0:
+		return errors.New("reconciler interval must not be negative")
+	case c.Batch < 0 || c.Batch > 100:
+		return errors.New("reconciler batch must be between 1 and 100")
+	case c.ClaimFor < 0:
+		return errors.New("reconciler claim period must not be negative")
+	}
+	return nil
+}
+
+// NewReconciler makes a reconciler; cfg must pass Validate (zero values take
+// their defaults).
 func NewReconciler(cfg ReconcilerConfig, m *Manager, store Store, log *slog.Logger) *Reconciler {
+	if err := cfg.Validate(); err != nil {
+		panic("lease: " + err.Error())
+	}
 	if cfg.Interval == 0 {
 		cfg.Interval = 20 * time.Second
 	}
-	if cfg.Batch <= 0 || cfg.Batch > 100 {
+	if cfg.Batch == 0 {
 		cfg.Batch = 100
 	}
 	if cfg.ClaimFor == 0 {
@@ -106,7 +126,7 @@ func (r *Reconciler) settleKey(ctx context.Context, bucket, key string) error {
 // up with ErrBusy, since that writer settles the key itself.
 func (m *Manager) SettleKey(ctx context.Context, bucket, key string, store Store, wait bool) error {
 	l, err := m.Acquire(ctx, Request{Bucket: bucket, Key: key, Op: "settle", NoWait: !wait, settle: true,
-		DeclaredSize: -1, MayHaveLanded: true})
+		DeclaredSize: -1})
 	if err != nil {
 		return err
 	}

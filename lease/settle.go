@@ -3,6 +3,7 @@ package lease
 import (
 	"context"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/fencegate/fencegate/meta"
@@ -14,6 +15,9 @@ type Object struct {
 	ETag      string // without quotes
 	Size      int64
 	AttemptID string // fencegate's attribution metadata, "" if none
+	// Checksum is the object's full checksum as the store reports it
+	// ("crc32:<base64>", "sha256:<base64>", ...), "" if it reports none.
+	Checksum string
 }
 
 // Store is the storage I/O settling needs.
@@ -41,7 +45,7 @@ type Fence struct {
 // lease, with no storage I/O inside any transaction. It returns the fence for
 // the write that follows.
 func (l *Lease) Settle(ctx context.Context, store Store) (Fence, error) {
-	return l.settle(ctx, store, l.req.MayHaveLanded)
+	return l.settle(ctx, store, l.req.settle)
 }
 
 // Resettle settles the key from a fresh HEAD, whatever the catalog says: the
@@ -143,25 +147,29 @@ func (l *Lease) record(ctx context.Context, e *meta.Entry, unresolved []meta.Att
 		// no id is still the catalog's generation.
 		m.Metrics.Settlements.WithLabelValues("in_sync").Inc()
 		return nil
-	case obj.AttemptID != "" && obj.AttemptID == l.AttemptID:
-		// This attempt already landed: a retry of a write whose answer was lost
-		// (a repeated CompleteMultipartUpload). Adopt it once.
-		p.Entry = meta.Entry{ETag: obj.ETag, Size: obj.Size, Origin: meta.OriginAdopted, AttemptID: l.AttemptID}
-		p.Settled, p.SettledState = l.AttemptID, meta.StateAdopted
-		kind = "adopted"
 	default:
 		p.Entry = meta.Entry{ETag: obj.ETag, Size: obj.Size, Origin: meta.OriginExternal}
 		kind = "external"
 		a, ours := l.attemptOnBytes(ctx, unresolved, obj)
+		try, isTry := uploadTry(a, unresolved)
 		switch {
+		case ours && isTry:
+			// A multipart upload's bytes, published by one of its Complete
+			// tries whose outcome was unknown (an upload completes once, so
+			// which try does not matter): that try is adopted, and the commit
+			// marks the upload published.
+			p.Settled, p.SettledState = try.ID, meta.StateAdopted
+			p.Entry.Origin, p.Entry.AttemptID = meta.OriginAdopted, a.ID
+			kind = "adopted"
 		case ours && adoptable(a, obj):
 			p.Settled, p.SettledState = a.ID, meta.StateAdopted
 			p.Entry.Origin, p.Entry.AttemptID = meta.OriginAdopted, a.ID
 			kind = "adopted"
-		case ours && (a.State == meta.StateCommitted || a.State == meta.StateAdopted):
+		case ours && (a.State == meta.StateCommitted || a.State == meta.StateAdopted || a.Op == "multipart"):
 			// An earlier generation's bytes, current again (a versioned
-			// bucket's newer version was deleted): found, not written now,
-			// but with their true attribution, so the catalog matches the store.
+			// bucket's newer version was deleted), or an upload of fencegate's
+			// completed straight at the store: found, not written now, but
+			// with their true attribution, so the catalog matches the store.
 			p.Entry.AttemptID = a.ID
 		}
 	}
@@ -195,13 +203,39 @@ func (l *Lease) attemptOnBytes(ctx context.Context, unresolved []meta.Attempt, o
 	return a, true
 }
 
+// uploadTry finds, for bytes that carry a multipart upload's attempt id, an
+// unresolved Complete try of that upload.
+func uploadTry(upload meta.Attempt, unresolved []meta.Attempt) (meta.Attempt, bool) {
+	if upload.Op != "multipart" {
+		return meta.Attempt{}, false
+	}
+	for _, t := range unresolved {
+		if t.UploadAttempt == upload.ID {
+			return t, true
+		}
+	}
+	return meta.Attempt{}, false
+}
+
 // adoptable reports a landing to adopt: an unresolved attempt, or one already
 // retired as failed (the documented ETag limit, or a fence that reopened):
-// bytes never lie about who wrote them. They must be what it declared.
+// bytes never lie about who wrote them. They must be what it declared: its
+// size, and its checksum when both it and the store know one.
 func adoptable(a meta.Attempt, obj Object) bool {
 	unresolved := a.State == meta.StateUnknown || a.State == meta.StateLeased
 	if !unresolved && a.State != meta.StateFailed {
 		return false
 	}
-	return a.Op != "delete" && (a.DeclaredSize < 0 || a.DeclaredSize == obj.Size)
+	if a.Op == "delete" || a.Op == "multipart" || a.DeclaredSize >= 0 && a.DeclaredSize != obj.Size {
+		return false
+	}
+	return !checksumsDiffer(a.Checksum, obj.Checksum)
+}
+
+// checksumsDiffer reports two checksums of one algorithm ("alg:value") that
+// disagree; different algorithms, or a missing one, prove nothing.
+func checksumsDiffer(a, b string) bool {
+	algA, valA, okA := strings.Cut(a, ":")
+	algB, valB, okB := strings.Cut(b, ":")
+	return okA && okB && algA == algB && valA != valB
 }

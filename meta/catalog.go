@@ -56,8 +56,10 @@ type Attempt struct {
 	DeclaredSize int64 // -1: not known
 	Checksum     string
 	UploadID     string
-	Generation   int64
-	ETag         string
+	// UploadAttempt is a Complete try's multipart upload (its attempt id).
+	UploadAttempt string
+	Generation    int64
+	ETag          string
 }
 
 // Entry is a key's catalog row: what it resolves to now.
@@ -90,8 +92,7 @@ type Catalog struct {
 // AcquireParams describes a lease request and the attempt it records.
 type AcquireParams struct {
 	Bucket, Key string
-	Attempt     Attempt // ID set; for an existing (multipart) attempt, Existing is true
-	Existing    bool
+	Attempt     Attempt // ID set: a new attempt, recorded as leased
 	// NoAttempt: the holder is a settler (the reconciler), not a write.
 	NoAttempt bool
 	TTL       time.Duration
@@ -103,11 +104,8 @@ type AcquireParams struct {
 // (and commits nothing) while another holder's lease is live.
 func (c *Catalog) Acquire(ctx context.Context, p AcquireParams) (bool, *KeyState, error) {
 	mode := "new"
-	switch {
-	case p.NoAttempt:
+	if p.NoAttempt {
 		mode = "settle"
-	case p.Existing:
-		mode = "existing"
 	}
 	a := p.Attempt
 	var ok bool
@@ -115,7 +113,7 @@ func (c *Catalog) Acquire(ctx context.Context, p AcquireParams) (bool, *KeyState
 	// is locked: the writer settles from it (KeyState).
 	b := &pgx.Batch{}
 	b.Queue(`SELECT fencegate_acquire($1, $2, $3, $4::interval, $5, $6, $7, $8, $9, $10)`,
-		p.Bucket, p.Key, a.ID, p.TTL.String(), mode, a.Op, a.Gateway, nullSize(a.DeclaredSize), a.Checksum, a.UploadID).
+		p.Bucket, p.Key, a.ID, p.TTL.String(), mode, a.Op, a.Gateway, nullSize(a.DeclaredSize), a.Checksum, nullID(a.UploadAttempt)).
 		QueryRow(func(row pgx.Row) error { return row.Scan(&ok) })
 	ks := &KeyState{}
 	queueKeyState(b, p.Bucket, p.Key, ks)
@@ -146,19 +144,53 @@ func (c *Catalog) Renew(ctx context.Context, bucket, key, holder string, ttl tim
 	return tag.RowsAffected() == 1, nil
 }
 
+// Ending is how a lease holder's attempt ended, recorded when it releases.
+type Ending struct {
+	State, Reason string
+	// Fence is the condition the try was sent with ('*', an ETag, or '' for
+	// none of fencegate's); nil: nothing was sent, or not known.
+	Fence *string
+	// Checksum is the body's checksum as sent ("crc32:<base64>"), "" if none.
+	Checksum string
+}
+
+// Progress records that holder's write is moving bytes, if it still holds
+// the key's lease.
+func (c *Catalog) Progress(ctx context.Context, bucket, key, holder string) error {
+	_, err := c.Pool.Exec(ctx, `UPDATE leases SET progress_at = clock_timestamp()
+		WHERE bucket = $1 AND key = $2 AND holder = $3 AND expires_at > clock_timestamp()`, bucket, key, holder)
+	return err
+}
+
+// HolderProgressing reports whether the key's live lease holder recorded
+// progress within the last `within`, on the database clock.
+func (c *Catalog) HolderProgressing(ctx context.Context, bucket, key string, within time.Duration) (bool, error) {
+	var ok bool
+	err := c.Pool.QueryRow(ctx, `SELECT coalesce(bool_or(expires_at > clock_timestamp()
+			AND progress_at > clock_timestamp() - $3::interval), false)
+		FROM leases WHERE bucket = $1 AND key = $2`, bucket, key, within.String()).Scan(&ok)
+	return ok, err
+}
+
 // Release frees the lease if holder still has it and, in the same transaction,
-// moves the holder's attempt from leased to state (with reason).
-func (c *Catalog) Release(ctx context.Context, bucket, key, holder, state, reason string) error {
+// moves the holder's attempt from leased to its ending's state.
+func (c *Catalog) Release(ctx context.Context, bucket, key, holder string, end Ending) error {
 	return pgx.BeginFunc(ctx, c.Pool, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, `UPDATE leases SET holder = NULL, expires_at = NULL
 			WHERE bucket = $1 AND key = $2 AND holder = $3`, bucket, key, holder); err != nil {
 			return err
 		}
-		if state == "" {
+		if end.State == "" {
 			return nil
 		}
-		_, err := tx.Exec(ctx, `UPDATE attempts SET state = $2, reason = nullif($3, ''), updated_at = clock_timestamp()
-			WHERE attempt_id = $1 AND state = 'leased'`, holder, state, reason)
+		// The state moves only from leased (a takeover may have made the
+		// attempt unknown already); what it was sent with is recorded anyway.
+		_, err := tx.Exec(ctx, `UPDATE attempts SET
+				state = CASE WHEN state = 'leased' THEN $2 ELSE state END,
+				reason = CASE WHEN state = 'leased' THEN nullif($3, '') ELSE reason END,
+				updated_at = clock_timestamp(),
+				fence = coalesce($4, fence), checksum = coalesce(nullif($5, ''), checksum)
+			WHERE attempt_id = $1`, holder, end.State, end.Reason, end.Fence, end.Checksum)
 		return err
 	})
 }
@@ -197,7 +229,7 @@ func queueKeyState(b *pgx.Batch, bucket, key string, ks *KeyState) {
 		return row.Scan(&ks.BucketComplete)
 	})
 	b.Queue(`SELECT `+attemptColumns+` FROM attempts a
-		WHERE bucket = $1 AND key = $2 AND (state = 'unknown' OR (state = 'leased' AND `+holderGone+`))
+		WHERE bucket = $1 AND key = $2 AND op <> 'multipart' AND (state = 'unknown' OR (state = 'leased' AND `+holderGone+`))
 		ORDER BY created_at`, bucket, key).Query(func(rows pgx.Rows) error {
 		var err error
 		ks.Unresolved, err = scanAttempts(rows, nil)
@@ -211,7 +243,7 @@ const holderGone = `NOT EXISTS (SELECT 1 FROM leases l WHERE l.bucket = a.bucket
 	AND l.holder = a.attempt_id AND l.expires_at > clock_timestamp())`
 
 const attemptColumns = `attempt_id::text, bucket, key, op, state, gateway, coalesce(declared_size, -1), coalesce(checksum, ''),
-	coalesce(upload_id, ''), coalesce(generation, 0), coalesce(etag, '')`
+	coalesce(upload_id, ''), coalesce(upload_attempt::text, ''), coalesce(generation, 0), coalesce(etag, '')`
 
 func scanAttempts(rows pgx.Rows, err error) ([]Attempt, error) {
 	if err != nil {
@@ -219,7 +251,7 @@ func scanAttempts(rows pgx.Rows, err error) ([]Attempt, error) {
 	}
 	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (Attempt, error) {
 		var a Attempt
-		err := r.Scan(&a.ID, &a.Bucket, &a.Key, &a.Op, &a.State, &a.Gateway, &a.DeclaredSize, &a.Checksum, &a.UploadID, &a.Generation, &a.ETag)
+		err := r.Scan(&a.ID, &a.Bucket, &a.Key, &a.Op, &a.State, &a.Gateway, &a.DeclaredSize, &a.Checksum, &a.UploadID, &a.UploadAttempt, &a.Generation, &a.ETag)
 		return a, err
 	})
 }
@@ -351,12 +383,16 @@ func (c *Catalog) ClaimUnresolved(ctx context.Context, limit int, claimFor time.
 	token := NewID()
 	rows, err := c.Pool.Query(ctx, `WITH picked AS (
 			SELECT attempt_id FROM attempts a
-			WHERE (state = 'unknown' OR (state = 'leased' AND `+holderGone+`))
+			WHERE op <> 'multipart' AND (state = 'unknown' OR (state = 'leased' AND `+holderGone+`))
 			  AND (claimed_until IS NULL OR claimed_until < clock_timestamp())
 			-- least recently tried first, so guards that cannot be proven yet do
 			-- not starve newer ones
 			ORDER BY coalesce(claimed_until, updated_at) LIMIT $1 FOR UPDATE SKIP LOCKED)
-		UPDATE attempts a SET claim_token = $2, claimed_until = clock_timestamp() + $3::interval, tries = tries + 1
+		-- A guard tried three times and still unproven (its bytes never showed
+		-- up, its fence never excluded it) is retried less and less often: up
+		-- to 64 claims apart, not every claim period forever.
+		UPDATE attempts a SET claim_token = $2, tries = tries + 1,
+			claimed_until = clock_timestamp() + $3::interval * power(2, greatest(least(a.tries, 8) - 2, 0))
 		FROM picked WHERE a.attempt_id = picked.attempt_id
 		RETURNING a.bucket, a.key`, limit, token, claimFor.String())
 	if err != nil {

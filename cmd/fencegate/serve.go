@@ -64,6 +64,7 @@ func (c *serveConfig) define(f envFlags) {
 	f.Duration(&c.Lease.RenewEvery, "lease-renew", "FENCEGATE_LEASE_RENEW", 20*time.Second, "lease renewal period while a write is outstanding")
 	f.Duration(&c.Lease.Margin, "lease-margin", "FENCEGATE_LEASE_MARGIN", 10*time.Second, "local deadline = last renewal's send time + TTL - margin")
 	f.Duration(&c.Lease.WaitMax, "lease-wait", "FENCEGATE_LEASE_WAIT", 10*time.Second, "how long a writer waits for a leased key before 503 SlowDown")
+	f.Duration(&c.Lease.WaitLimit, "lease-wait-max", "FENCEGATE_LEASE_WAIT_MAX", 60*time.Second, "how long in all a writer waits for a leased key while the holder's bytes keep flowing")
 	f.Duration(&c.Lease.DBTimeout, "db-timeout", "FENCEGATE_DB_TIMEOUT", 5*time.Second, "client-side bound on every database call of the write protocol")
 	f.Duration(&c.Reconcile, "reconcile-interval", "FENCEGATE_RECONCILE_INTERVAL", 20*time.Second, "reconciler period (a scan also runs at start-up)")
 	f.String(&c.ProbeBucket, "probe-bucket", "FENCEGATE_PROBE_BUCKET", "fencegate-probe", "bucket where the start-up probe proves the store rejects mismatched conditions (empty skips the probe)")
@@ -151,6 +152,9 @@ func runServe(ctx context.Context, cfg serveConfig, started func(s3Addr, adminAd
 		}
 	}
 	if err := cfg.Lease.Validate(); err != nil {
+		return err
+	}
+	if err := (lease.ReconcilerConfig{Interval: cfg.Reconcile}).Validate(); err != nil {
 		return err
 	}
 	leases, tracker := wiring.Protocol(pool, cfg.Lease)

@@ -37,6 +37,10 @@ func (t Tracker) UploadFailed(ctx context.Context, attemptID string) error {
 	return t.Catalog.SetState(ctx, attemptID, meta.StateOpen, meta.StateFailed, "the store refused CreateMultipartUpload")
 }
 
+func (t Tracker) UploadUnknown(ctx context.Context, attemptID, reason string) error {
+	return t.Catalog.SetState(ctx, attemptID, meta.StateOpen, meta.StateUnknown, reason)
+}
+
 func (t Tracker) UploadAborted(ctx context.Context, uploadID string) error {
 	a, err := t.Catalog.AttemptByUpload(ctx, uploadID)
 	if errors.Is(err, pgx.ErrNoRows) {
