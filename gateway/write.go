@@ -32,8 +32,8 @@ const generationHeader = "x-fencegate-generation"
 // CompleteMultipartUpload, DeleteObject (with and without versionId) and each
 // key of DeleteObjects.
 type keyWrite struct {
-	op        string // put, copy, complete, delete
-	key       string // r.key, or a DeleteObjects entry's
+	op       string // put, copy, complete, delete
+	key      string // r.key, or a DeleteObjects entry's
 	declared int64
 	// uploadAttempt: the multipart upload a Complete try publishes. Every try
 	// is a new attempt; this names the upload it belongs to.

@@ -21,8 +21,8 @@ type Config struct {
 	RenewEvery time.Duration // renewal period while the upstream request is outstanding (20 s)
 	// Margin is kept between the local deadline (last successful renewal's send
 	// time + TTL - Margin) and the lease's expiry on the database clock.
-	Margin    time.Duration
-	WaitMax   time.Duration // how long a writer without its own condition waits for a leased key (then 503)
+	Margin  time.Duration
+	WaitMax time.Duration // how long a writer without its own condition waits for a leased key (then 503)
 	// WaitLimit is how long such a writer may wait in all while the holder
 	// is making progress (its write's bytes flowing): past WaitMax it keeps
 	// waiting only while the holder's progress is recent.
@@ -30,8 +30,8 @@ type Config struct {
 	// ProgressEvery is how often a holder whose bytes flow records it.
 	ProgressEvery time.Duration
 	WaitPoll      time.Duration // how often a waiting writer retries
-	DBTimeout time.Duration // bound on every database call
-	Gateway   string        // this process's identity, recorded on its attempts
+	DBTimeout     time.Duration // bound on every database call
+	Gateway       string        // this process's identity, recorded on its attempts
 }
 
 func (c *Config) setDefaults() {
