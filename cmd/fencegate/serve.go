@@ -195,7 +195,7 @@ func checkSchema(ctx context.Context, pool interface {
 }
 
 // probeStore proves the store's conditional writes and truncation handling
-// (DESIGN.md W3, W9). A store that fails runs in a weaker mode, loudly, unless
+// (docs/DESIGN.md, W3 and W9). A store that fails runs in a weaker mode, loudly, unless
 // --require-fencing refuses it.
 func probeStore(ctx context.Context, srv *gateway.Server, cfg serveConfig, log *slog.Logger) error {
 	if cfg.ProbeBucket == "" {
