@@ -85,6 +85,23 @@ func (c *serveConfig) validate() error {
 	if len(missing) > 0 {
 		return fmt.Errorf("missing configuration: %s", strings.Join(missing, ", "))
 	}
+	// The lease and reconciler configurations fill in a zero with a default
+	// (and the reconciler's ticker panics on a negative period): a zero or
+	// negative flag is refused here rather than silently replaced.
+	for _, d := range []struct {
+		flag string
+		v    time.Duration
+	}{
+		{"--lease-ttl", c.Lease.TTL}, {"--lease-renew", c.Lease.RenewEvery}, {"--lease-margin", c.Lease.Margin},
+		{"--lease-wait", c.Lease.WaitMax}, {"--db-timeout", c.Lease.DBTimeout}, {"--reconcile-interval", c.Reconcile},
+	} {
+		if d.v <= 0 {
+			return fmt.Errorf("%s must be a positive duration (got %v)", d.flag, d.v)
+		}
+	}
+	if err := c.Lease.Validate(); err != nil {
+		return fmt.Errorf("--lease-renew, --lease-ttl, --lease-margin: %w", err)
+	}
 	return nil
 }
 
@@ -149,9 +166,6 @@ func runServe(ctx context.Context, cfg serveConfig, started func(s3Addr, adminAd
 		if d = strings.TrimSpace(d); d != "" {
 			gcfg.Domains = append(gcfg.Domains, d)
 		}
-	}
-	if err := cfg.Lease.Validate(); err != nil {
-		return err
 	}
 	leases, tracker := wiring.Protocol(pool, cfg.Lease)
 	srv, err := gateway.New(ctx, gcfg, gateway.Deps{
