@@ -10,7 +10,7 @@ TEST_TIMEOUT ?= 25m
 FUZZTIME     ?= 60s
 
 export CGO_ENABLED ?= 0
-# aws-sdk-go-v2's default config fails while this is set (DESIGN.md).
+# aws-sdk-go-v2's default config fails while this is set (docs/DESIGN.md, the test stores).
 unexport AWS_CA_BUNDLE
 
 .PHONY: build run test test-short bench fuzz lint stores clean memcheck mutants

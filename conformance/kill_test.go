@@ -306,7 +306,7 @@ func noRetries(o *s3.Options) { o.RetryMaxAttempts = 1 }
 // sigkillGateway kills a gateway process with SIGKILL and waits for it to exit.
 func sigkillGateway(t *testing.T, g *gatewayProcess) {
 	t.Helper()
-	if err := g.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+	if err := g.proc.Signal(syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
 	requireKilled(t, g, "the gateway")
@@ -316,11 +316,8 @@ func sigkillGateway(t *testing.T, g *gatewayProcess) {
 // ended it (a failpoint, or the test), not a crash or a clean exit.
 func requireKilled(t *testing.T, g *gatewayProcess, name string) {
 	t.Helper()
-	var err error
-	select {
-	case err = <-g.done:
-		g.done <- err // for the cleanup's stop
-	case <-time.After(15 * time.Second):
+	exited, err := g.proc.Exited(15 * time.Second)
+	if !exited {
 		t.Fatalf("%s did not exit", name)
 	}
 	var ee *exec.ExitError
@@ -328,7 +325,7 @@ func requireKilled(t *testing.T, g *gatewayProcess, name string) {
 		t.Fatalf("%s exited with %v, want SIGKILL", name, err)
 	}
 	if ws, ok := ee.Sys().(syscall.WaitStatus); !ok || !ws.Signaled() || ws.Signal() != syscall.SIGKILL {
-		b, _ := os.ReadFile(g.log)
+		b, _ := os.ReadFile(g.proc.LogPath())
 		t.Fatalf("%s exited with %v, want SIGKILL; log:\n%s", name, err, b)
 	}
 }

@@ -11,7 +11,7 @@ import (
 	"sync/atomic"
 )
 
-// The store verifies what fencegate forwards itself (DESIGN.md W9): object data
+// The store verifies what fencegate forwards itself (docs/DESIGN.md, W9): object data
 // goes upstream as aws-chunked with a trailing checksum, so a body cut short at
 // any byte (a client gone, a gateway killed) is an incomplete encoding the store
 // refuses, never a shorter object it could publish.

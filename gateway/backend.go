@@ -28,7 +28,7 @@ type Backend struct {
 }
 
 // backend sends re-signed requests to the store. It never retries: a write
-// whose outcome is unknown must not be sent twice (DESIGN.md W4), and
+// whose outcome is unknown must not be sent twice (docs/DESIGN.md, W4), and
 // http.Transport replays only bodiless GET/HEAD/OPTIONS on a dead idle
 // connection, which are safe.
 type backend struct {

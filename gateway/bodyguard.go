@@ -11,7 +11,7 @@ import (
 
 // bodyGuard stands between fasthttp's request body stream and whoever reads it
 // (the HTTP transport's writer goroutine). The handler must not return while
-// that goroutine may still read the stream (DESIGN.md, fasthttp notes): close
+// that goroutine may still read the stream (docs/DESIGN.md, truncation safety): close
 // stops further reads, unblocks one in progress with a read deadline on the
 // client connection, and waits for it. It also turns a body that stalls for
 // longer than stall into S3's RequestTimeout.

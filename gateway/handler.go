@@ -136,23 +136,21 @@ func statusLabel(status int) string {
 // dispatch runs the write protocol for the operations it covers and passes
 // everything else through.
 func (s *Server) dispatch(ctx *fasthttp.RequestCtx, r *request) *apiError {
-	if s.leases != nil {
-		switch r.op.Name {
-		case "PutObject":
-			return s.putObject(ctx, r)
-		case "CopyObject":
-			return s.copyObject(ctx, r)
-		case "CompleteMultipartUpload":
-			return s.completeUpload(ctx, r)
-		case "DeleteObject":
-			return s.deleteObject(ctx, r)
-		case "DeleteObjects":
-			return s.deleteObjects(ctx, r)
-		case "CreateMultipartUpload":
-			return s.createUpload(ctx, r)
-		case "AbortMultipartUpload":
-			return s.abortUpload(ctx, r)
-		}
+	switch r.op.Name {
+	case "PutObject":
+		return s.putObject(ctx, r)
+	case "CopyObject":
+		return s.copyObject(ctx, r)
+	case "CompleteMultipartUpload":
+		return s.completeUpload(ctx, r)
+	case "DeleteObject":
+		return s.deleteObject(ctx, r)
+	case "DeleteObjects":
+		return s.deleteObjects(ctx, r)
+	case "CreateMultipartUpload":
+		return s.createUpload(ctx, r)
+	case "AbortMultipartUpload":
+		return s.abortUpload(ctx, r)
 	}
 	e := s.forward(ctx, r)
 	if e == nil && (r.op.Name == "CreateBucket" || r.op.Name == "DeleteBucket") {

@@ -41,7 +41,7 @@ const (
 
 // Op is one S3 operation: its name, the permission it needs, and how its body
 // is carried. Writes that publish or remove bytes at a key are marked Publishes;
-// multipart bookkeeping is marked Tracked (DESIGN.md, the write protocol).
+// multipart bookkeeping is marked Tracked (docs/DESIGN.md, what counts as a write).
 type Op struct {
 	Name      string
 	Perm      Permission

@@ -15,7 +15,7 @@ import (
 )
 
 // ProbeResult says which of the store's guarantees the write protocol relies on
-// were proven at start-up (DESIGN.md W3, W9).
+// were proven at start-up (docs/DESIGN.md, W3 and W9).
 type ProbeResult struct {
 	Checks []ProbeCheck
 }

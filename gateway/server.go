@@ -105,9 +105,8 @@ type Check struct {
 type Deps struct {
 	Log  *slog.Logger
 	Keys KeySource
-	// Leases runs the write protocol; nil passes writes through unfenced and
-	// unrecorded (the store-only mode the benchmark's baseline needs is not
-	// this: fencegate always runs with it in production).
+	// Leases runs the write protocol and Tracker its bookkeeping that takes no
+	// lease; both are required: no write passes through unfenced.
 	Leases    *lease.Manager
 	Tracker   Tracker
 	Readiness []Check
@@ -160,13 +159,11 @@ func New(ctx context.Context, cfg Config, deps Deps) (*Server, error) {
 	}
 	s.store = storeView{b: s.backend}
 	s.deps.Readiness = append(s.deps.Readiness, Check{Name: "store", Run: s.backend.ping})
-	s.leases = deps.Leases
-	if s.leases != nil {
-		if deps.Tracker == nil {
-			return nil, errors.New("the write protocol needs a Tracker")
-		}
-		s.leases.Metrics.Register(s.metrics.reg)
+	if deps.Leases == nil || deps.Tracker == nil {
+		return nil, errors.New("the gateway needs the write protocol: Deps.Leases and Deps.Tracker")
 	}
+	s.leases = deps.Leases
+	s.leases.Metrics.Register(s.metrics.reg)
 	ln, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {
 		return nil, fmt.Errorf("S3 listener: %w", err)

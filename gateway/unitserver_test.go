@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"io"
 	"log/slog"
 	"net"
@@ -15,6 +16,7 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	v4 "github.com/aws/aws-sdk-go-v2/aws/signer/v4"
+	"github.com/fencegate/fencegate/lease"
 )
 
 // staticKeys is a KeySource with fixed keys: these tests need no database.
@@ -25,9 +27,26 @@ func (k staticKeys) KeysVersion(context.Context) (int64, error)           { retu
 
 var testKey = AccessKey{ID: "FGTESTKEY00000000000", Secret: "test-secret-0000000000000000000000000000", Grants: []Grant{{Bucket: "*", Perm: PermAdmin}}}
 
-// unitServer is a gateway with no write protocol, in front of a store address
-// nothing listens on: what these tests send is refused or limited before any
-// store request, or fails to reach the store (503 ServiceUnavailable).
+// noCatalog is a Tracker with no database behind it.
+type noCatalog struct{}
+
+var errNoCatalog = errors.New("unit tests have no catalog")
+
+func (noCatalog) BucketCreated(context.Context, string) error                 { return errNoCatalog }
+func (noCatalog) BucketDeleted(context.Context, string) error                 { return errNoCatalog }
+func (noCatalog) UploadStarted(context.Context, string, string, string) error { return errNoCatalog }
+func (noCatalog) UploadCreated(context.Context, string, string) error         { return errNoCatalog }
+func (noCatalog) UploadFailed(context.Context, string) error                  { return errNoCatalog }
+func (noCatalog) UploadAborted(context.Context, string) error                 { return errNoCatalog }
+func (noCatalog) UploadAttempt(context.Context, string) (lease.Upload, bool, error) {
+	return lease.Upload{}, false, errNoCatalog
+}
+
+// unitServer is a gateway in front of a store address nothing listens on, and
+// with no database behind its write protocol (a lease manager without a
+// driver): these tests send no keyed write, and what they send is refused or
+// limited before any store request, or fails to reach the store (503
+// ServiceUnavailable).
 type unitServer struct {
 	*Server
 	url, admin string
@@ -52,7 +71,8 @@ func startUnitServer(t *testing.T, configure func(*Config), checks ...Check) *un
 	if os.Getenv("FENCEGATE_TEST_LOG") != "" {
 		log = slog.New(slog.NewTextHandler(os.Stderr, nil))
 	}
-	s, err := New(context.Background(), cfg, Deps{Log: log, Keys: staticKeys{testKey}, Readiness: checks})
+	s, err := New(context.Background(), cfg, Deps{Log: log, Keys: staticKeys{testKey}, Readiness: checks,
+		Leases: lease.NewManager(lease.Config{}, nil, nil), Tracker: noCatalog{}})
 	if err != nil {
 		t.Fatal(err)
 	}

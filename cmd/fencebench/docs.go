@@ -83,7 +83,7 @@ func markdown(m machine, recs []Record) string {
 	}
 	p("To see where fencegate's CPU goes, `go run ./cmd/fencebench -perf DIR` records `perf` profiles of the fencegate process under a few of these cells.\n\n")
 
-	p("## DESIGN.md targets\n\n")
+	p("## Targets (docs/DESIGN.md)\n\n")
 	p("| target | worst cell | measured (median [min-max]) | |\n|---|---|---|---|\n")
 	for _, c := range checks(recs) {
 		p("| %s | %s | %s | %s |\n", c.name, c.worst, c.measured, heldWord(c))

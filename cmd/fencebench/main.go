@@ -159,7 +159,7 @@ func run(ctx context.Context, o options) (err error) {
 	defer s.stop()
 	defer func() {
 		if err != nil && s.fg != nil {
-			fmt.Fprintf(os.Stderr, "fencegate log (tail):\n%s\n", s.fg.logTail())
+			fmt.Fprintf(os.Stderr, "fencegate log (tail):\n%s\n", s.fg.LogTail())
 		}
 	}()
 	fmt.Fprintln(os.Stderr, "starting PostgreSQL (durable), SeaweedFS, versitygw s3 proxy and fencegate ...")
@@ -194,7 +194,7 @@ func run(ctx context.Context, o options) (err error) {
 	var streams []streamResult
 	if o.cells == "" {
 		fmt.Fprintf(os.Stderr, "streaming %s PUT and GET through fencegate for its peak RSS ...\n", sizeLabel(o.streamSize))
-		if streams, err = streamRSS(ctx, s.targets[1], s.fg.pid(), o.streamSize, payload); err != nil {
+		if streams, err = streamRSS(ctx, s.targets[1], s.fg.Pid(), o.streamSize, payload); err != nil {
 			return fmt.Errorf("streaming: %w", err)
 		}
 		for _, r := range streams {

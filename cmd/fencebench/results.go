@@ -231,7 +231,7 @@ func printTables(w io.Writer, recs []Record) {
 	}
 	tw.Flush()
 
-	fmt.Fprintln(w, "\nDESIGN.md performance targets (judged on the median ratio)")
+	fmt.Fprintln(w, "\ndocs/DESIGN.md's performance targets (judged on the median ratio)")
 	tw = tabwriter.NewWriter(w, 2, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "target\tworst cell\tmeasured\theld")
 	for _, ch := range checks(recs) {
@@ -263,7 +263,7 @@ func heldWord(c check) string {
 	return "NOT held"
 }
 
-// check is one DESIGN.md target, judged over its cells by their worst median.
+// check is one of docs/DESIGN.md's performance targets, judged over its cells by their worst median.
 type check struct {
 	name, worst, measured string
 	known, held           bool

@@ -35,7 +35,8 @@ type benchStack struct {
 	pg        *stack.Postgres
 	sw        *stack.Seaweed
 	vgw       *stack.Versitygw
-	fg        *fencegateProc
+	fg        *stack.Fencegate
+	fgClient  stack.Endpoint // fencegate's S3 API and the benchmark's key
 	pgPgid    int
 	vgwPgid   int
 	targets   []target
@@ -49,7 +50,7 @@ func (s *benchStack) stop() {
 		s.db.Close(context.Background())
 	}
 	if s.fg != nil {
-		s.fg.stop()
+		s.fg.Stop()
 	}
 	s.vgw.Stop()
 	s.sw.Stop()
@@ -114,7 +115,7 @@ func startStack(ctx context.Context, s *benchStack, prebuilt, logLevel string) e
 	if s.dbURL, err = stack.CreateDatabase(ctx, s.pg.URL("postgres"), "fencebench"); err != nil {
 		return err
 	}
-	if s.fg, err = startFencegate(ctx, fgBin, s.tmp, s.dbURL, s.sw.Endpoint, logLevel); err != nil {
+	if s.fg, s.fgClient, err = startFencegate(ctx, fgBin, s.tmp, s.dbURL, s.sw.Endpoint, logLevel); err != nil {
 		return err
 	}
 	if s.db, err = pgx.Connect(ctx, s.dbURL); err != nil {
@@ -122,7 +123,7 @@ func startStack(ctx context.Context, s *benchStack, prebuilt, logLevel string) e
 	}
 	s.targets = []target{
 		{name: "direct", Endpoint: s.sw.Endpoint, pgid: s.sw.Pid()},
-		{name: "fencegate", Endpoint: s.fg.Endpoint, pgid: s.fg.pid()},
+		{name: "fencegate", Endpoint: s.fgClient, pgid: s.fg.Pid()},
 		{name: "versitygw", Endpoint: s.vgw.Endpoint, pgid: s.vgwPgid},
 	}
 	return nil
@@ -177,51 +178,29 @@ func (s *benchStack) ownCPU() float64 {
 		t += groupCPU(g)
 	}
 	if s.fg != nil {
-		t += groupCPU(s.fg.pid())
+		t += groupCPU(s.fg.Pid())
 	}
 	return t
 }
 
-// fencegateProc is `fencegate serve` as a child process in its own group.
-type fencegateProc struct {
-	stack.Endpoint
-	admin string
-	cmd   *exec.Cmd
-	done  chan error
-	logf  *os.File
-}
-
-func (f *fencegateProc) pid() int { return f.cmd.Process.Pid }
-
-func startFencegate(ctx context.Context, bin, dir, dbURL string, store stack.Endpoint, logLevel string) (*fencegateProc, error) {
-	port, err := stack.FreePort()
-	if err != nil {
-		return nil, err
+// startFencegate migrates the benchmark's database, creates the client key
+// and starts `fencegate serve` (in its own process group, whose CPU counts as
+// the gateway's). It returns the process and the endpoint clients use.
+func startFencegate(ctx context.Context, bin, dir, dbURL string, store stack.Endpoint, logLevel string) (*stack.Fencegate, stack.Endpoint, error) {
+	cfg := stack.ServeConfig{
+		Bin: bin, DatabaseURL: dbURL, ServerKey: meta.NewServerKey(), Store: store, LogLevel: logLevel,
+		LogPath: filepath.Join(dir, "fencegate.log"), Env: []string{"FENCEGATE_MIGRATE=true"}, Ready: "/readyz",
 	}
-	adminPort, err := stack.FreePort()
-	if err != nil {
-		return nil, err
-	}
-	env := append(os.Environ(),
-		"FENCEGATE_LISTEN=127.0.0.1:"+strconv.Itoa(port),
-		"FENCEGATE_ADMIN_LISTEN=127.0.0.1:"+strconv.Itoa(adminPort),
-		"FENCEGATE_DATABASE_URL="+dbURL,
-		"FENCEGATE_SERVER_KEY="+meta.NewServerKey(),
-		"FENCEGATE_BACKEND_ENDPOINT="+store.URL,
-		"FENCEGATE_BACKEND_ACCESS_KEY_ID="+store.AccessKey,
-		"FENCEGATE_BACKEND_SECRET_ACCESS_KEY="+store.SecretKey,
-		"FENCEGATE_BACKEND_REGION="+store.Region,
-		"FENCEGATE_LOG_LEVEL="+logLevel,
-	)
+	env := cfg.Environ()
 	// The client key: `fencegate migrate`, then `fencegate keys create`.
 	if out, err := runTool(ctx, bin, env, "migrate"); err != nil {
-		return nil, fmt.Errorf("fencegate migrate: %v\n%s", err, out)
+		return nil, stack.Endpoint{}, fmt.Errorf("fencegate migrate: %v\n%s", err, out)
 	}
 	out, err := runTool(ctx, bin, env, "keys", "create", "--description", "fencebench", "admin:*")
 	if err != nil {
-		return nil, fmt.Errorf("fencegate keys create: %v\n%s", err, out)
+		return nil, stack.Endpoint{}, fmt.Errorf("fencegate keys create: %v\n%s", err, out)
 	}
-	ep := stack.Endpoint{URL: fmt.Sprintf("http://127.0.0.1:%d", port), Region: "us-east-1"}
+	ep := stack.Endpoint{Region: "us-east-1"}
 	sc := bufio.NewScanner(strings.NewReader(out))
 	for sc.Scan() {
 		if v, ok := strings.CutPrefix(sc.Text(), "AWS_ACCESS_KEY_ID="); ok {
@@ -231,47 +210,14 @@ func startFencegate(ctx context.Context, bin, dir, dbURL string, store stack.End
 		}
 	}
 	if ep.AccessKey == "" || ep.SecretKey == "" {
-		return nil, fmt.Errorf("fencegate keys create printed no key pair:\n%s", out)
+		return nil, stack.Endpoint{}, fmt.Errorf("fencegate keys create printed no key pair:\n%s", out)
 	}
-
-	logf, err := os.Create(filepath.Join(dir, "fencegate.log"))
+	fg, err := stack.StartFencegate(ctx, cfg)
 	if err != nil {
-		return nil, err
+		return nil, stack.Endpoint{}, err
 	}
-	cmd := exec.Command(bin, "serve", "--migrate")
-	cmd.Env = env
-	cmd.Stdout, cmd.Stderr = logf, logf
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Setpgid: true}
-	if err := cmd.Start(); err != nil {
-		logf.Close()
-		return nil, err
-	}
-	f := &fencegateProc{Endpoint: ep, admin: fmt.Sprintf("http://127.0.0.1:%d", adminPort), cmd: cmd, done: make(chan error, 1), logf: logf}
-	go func() { f.done <- cmd.Wait() }()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		if resp, err := http.Get(f.admin + "/readyz"); err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == 200 {
-				return f, nil
-			}
-		}
-		select {
-		case err := <-f.done:
-			f.done <- err
-			b, _ := os.ReadFile(logf.Name())
-			logf.Close()
-			return nil, fmt.Errorf("fencegate serve exited (%v):\n%s", err, b)
-		case <-ctx.Done():
-			f.stop()
-			return nil, ctx.Err()
-		case <-time.After(100 * time.Millisecond):
-		}
-		if time.Now().After(deadline) {
-			f.stop()
-			return nil, errors.New("fencegate serve not ready after 30 s")
-		}
-	}
+	ep.URL = fg.URL
+	return fg, ep, nil
 }
 
 func runTool(ctx context.Context, bin string, env []string, args ...string) (string, error) {
@@ -285,26 +231,6 @@ func runTool(ctx context.Context, bin string, env []string, args ...string) (str
 		return string(out) + stderr.String(), err
 	}
 	return string(out), nil
-}
-
-func (f *fencegateProc) logTail() string {
-	b, _ := os.ReadFile(f.logf.Name())
-	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
-	if len(lines) > 20 {
-		lines = lines[len(lines)-20:]
-	}
-	return strings.Join(lines, "\n")
-}
-
-func (f *fencegateProc) stop() {
-	_ = syscall.Kill(-f.pid(), syscall.SIGTERM)
-	select {
-	case err := <-f.done:
-		f.done <- err
-	case <-time.After(15 * time.Second):
-		_ = syscall.Kill(-f.pid(), syscall.SIGKILL)
-	}
-	f.logf.Close()
 }
 
 // childPid finds this process's direct child whose command name is comm (the

@@ -86,6 +86,24 @@ func (c *serveConfig) validate() error {
 	if len(missing) > 0 {
 		return fmt.Errorf("missing configuration: %s", strings.Join(missing, ", "))
 	}
+	// The lease and reconciler configurations fill in a zero with a default
+	// (and the reconciler's ticker panics on a negative period): a zero or
+	// negative flag is refused here rather than silently replaced.
+	for _, d := range []struct {
+		flag string
+		v    time.Duration
+	}{
+		{"--lease-ttl", c.Lease.TTL}, {"--lease-renew", c.Lease.RenewEvery}, {"--lease-margin", c.Lease.Margin},
+		{"--lease-wait", c.Lease.WaitMax}, {"--lease-wait-max", c.Lease.WaitLimit}, {"--db-timeout", c.Lease.DBTimeout},
+		{"--reconcile-interval", c.Reconcile},
+	} {
+		if d.v <= 0 {
+			return fmt.Errorf("%s must be a positive duration (got %v)", d.flag, d.v)
+		}
+	}
+	if err := c.Lease.Validate(); err != nil {
+		return fmt.Errorf("--lease-renew, --lease-ttl, --lease-margin, --lease-wait-max: %w", err)
+	}
 	return nil
 }
 
@@ -151,12 +169,6 @@ func runServe(ctx context.Context, cfg serveConfig, started func(s3Addr, adminAd
 			gcfg.Domains = append(gcfg.Domains, d)
 		}
 	}
-	if err := cfg.Lease.Validate(); err != nil {
-		return err
-	}
-	if err := (lease.ReconcilerConfig{Interval: cfg.Reconcile}).Validate(); err != nil {
-		return err
-	}
 	leases, tracker := wiring.Protocol(pool, cfg.Lease)
 	srv, err := gateway.New(ctx, gcfg, gateway.Deps{
 		Log:     log,
@@ -199,7 +211,7 @@ func checkSchema(ctx context.Context, pool interface {
 }
 
 // probeStore proves the store's conditional writes and truncation handling
-// (DESIGN.md W3, W9). A store that fails runs in a weaker mode, loudly, unless
+// (docs/DESIGN.md, W3 and W9). A store that fails runs in a weaker mode, loudly, unless
 // --require-fencing refuses it.
 func probeStore(ctx context.Context, srv *gateway.Server, cfg serveConfig, log *slog.Logger) error {
 	if cfg.ProbeBucket == "" {

@@ -1,5 +1,5 @@
 // Package failpoint lets a test make the process die at a named step of the
-// write protocol, the one test hook allowed inside the product (DESIGN.md):
+// write protocol, the one test hook allowed inside the product (docs/DESIGN.md):
 // FENCEGATE_FAILPOINT=name kills the process with SIGKILL when Hit(name) runs.
 package failpoint
 
