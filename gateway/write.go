@@ -342,7 +342,7 @@ func deleted(*http.Response) (lease.Landed, *apiError) {
 // bucketChanged keeps the catalog's view of buckets: one created through
 // fencegate is complete (every key in it is known); a deleted one is forgotten.
 func (s *Server) bucketChanged(r *request, status int) {
-	if s.leases == nil || status/100 != 2 {
+	if status/100 != 2 {
 		return
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), s.leases.Config().DBTimeout)

@@ -1,4 +1,4 @@
-// Package lease runs fencegate's write protocol (DESIGN.md W1-W8): per-key
+// Package lease runs fencegate's write protocol (docs/DESIGN.md, W1-W8): per-key
 // leases on PostgreSQL's clock with renewal and a local monotonic deadline,
 // settling a key's unresolved attempts before a write (resolve, then fence),
 // the verified, locked commit, and the reconciler. It knows nothing of HTTP:

@@ -1,4 +1,4 @@
--- The write protocol (DESIGN.md W1-W10).
+-- The write protocol (docs/DESIGN.md, W1-W10).
 
 -- Generations come from one sequence: strictly increasing per key (they are
 -- drawn under the key's lease row lock), never reused.

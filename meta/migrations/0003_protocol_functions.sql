@@ -1,6 +1,6 @@
 -- The write protocol's two transactions as functions, so each costs one round
 -- trip instead of one per statement. Their statements keep the order the
--- protocol needs (DESIGN.md W5): the commit locks the lease row first and
+-- protocol needs (docs/DESIGN.md, W5): the commit locks the lease row first and
 -- checks the lease on clock_timestamp() in a later statement.
 
 -- fencegate_acquire takes (bucket, key)'s lease for p_holder if it is free or
