@@ -117,7 +117,14 @@ func (r *Reconciler) RunOnce(ctx context.Context) (ScanResult, error) {
 	return res, nil
 }
 
+// keyBudget bounds the settling of one claimed key (its HEADs and commits):
+// a hung store delays a pass by at most this per key, and the key is tried
+// again in a later pass.
+const keyBudget = 30 * time.Second
+
 func (r *Reconciler) settleKey(ctx context.Context, bucket, key string) error {
+	ctx, cancel := context.WithTimeout(ctx, keyBudget)
+	defer cancel()
 	return r.m.SettleKey(ctx, bucket, key, r.store, false)
 }
 
