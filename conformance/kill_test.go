@@ -32,10 +32,14 @@ import (
 // for an hour, so the gateway the test names as the settler is the only one
 // that settles anything while the test runs.
 var (
+	// These gateways stream every body (no spool), so a kill can land while
+	// a lease is held mid-body; spooled bodies hold no lease until they are
+	// whole (spool_test.go).
 	shortLeaseEnv = []string{
 		"FENCEGATE_LEASE_TTL=3s", "FENCEGATE_LEASE_RENEW=1s", "FENCEGATE_LEASE_MARGIN=1s",
-		"FENCEGATE_LEASE_WAIT=5s",
+		"FENCEGATE_LEASE_WAIT=5s", noSpoolEnv,
 	}
+	noSpoolEnv     = "FENCEGATE_SPOOL_MAX=-1"
 	noReconcileEnv = "FENCEGATE_RECONCILE_INTERVAL=1h"
 )
 
@@ -60,7 +64,7 @@ func TestKilledGatewaysAreSettled(t *testing.T) {
 
 	// L is live for the whole test; its upload must survive N's start-up.
 	gL := startGatewayProcess(t, store, "FENCEGATE_LEASE_TTL=30s", "FENCEGATE_LEASE_RENEW=5s",
-		"FENCEGATE_LEASE_MARGIN=5s", "FENCEGATE_BODY_STALL_TIMEOUT=2m", noReconcileEnv)
+		"FENCEGATE_LEASE_MARGIN=5s", "FENCEGATE_BODY_STALL_TIMEOUT=2m", noReconcileEnv, noSpoolEnv)
 	gA := startGatewayProcess(t, store, envWith(shortLeaseEnv, noReconcileEnv)...)
 	gB := startGatewayProcess(t, store, envWith(shortLeaseEnv, noReconcileEnv, "FENCEGATE_FAILPOINT=after-store-ack")...)
 	var cStoreRequests atomic.Int64

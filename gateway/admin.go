@@ -25,6 +25,10 @@ type metrics struct {
 	connsRefused   *prometheus.CounterVec
 	bodyBytes      prometheus.Gauge
 	bodyRefused    prometheus.Counter
+	spoolMemory    prometheus.Gauge
+	spoolDisk      prometheus.Gauge
+	spoolFellBack  prometheus.Counter
+	spoolWaits     prometheus.Counter
 }
 
 func newMetrics() *metrics {
@@ -66,8 +70,20 @@ func newMetrics() *metrics {
 	m.bodyRefused = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "fencegate_body_memory_refused_total", Help: "Requests answered 503 SlowDown because the small-body memory budget stayed spent.",
 	})
+	m.spoolMemory = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "fencegate_spooled_bytes_memory", Help: "Bytes of PutObject bodies received whole and held in memory now, before their lease.",
+	})
+	m.spoolDisk = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "fencegate_spooled_bytes_disk", Help: "Bytes of PutObject bodies received whole and held in temporary files now, before their lease.",
+	})
+	m.spoolFellBack = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "fencegate_spool_fallbacks_total", Help: "PutObject bodies small enough to spool that streamed instead, because --spool-budget was spent.",
+	})
+	m.spoolWaits = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "fencegate_spool_waits_total", Help: "Spooled PutObjects that found their key leased and waited for it with their body complete.",
+	})
 	reg.MustRegister(m.requests, m.latency, m.bytesIn, m.bytesOut, m.upstreamErrors, m.splicedBytes,
-		m.connsOpen, m.connsRefused, m.bodyBytes, m.bodyRefused)
+		m.connsOpen, m.connsRefused, m.bodyBytes, m.bodyRefused, m.spoolMemory, m.spoolDisk, m.spoolFellBack, m.spoolWaits)
 	return m
 }
 

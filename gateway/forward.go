@@ -98,6 +98,11 @@ type upstream struct {
 	enc         *chunkEncoder // its upstream framing
 	cancel      context.CancelFunc
 	body        []byte // a small body, kept so the request can be sent again
+	// spooled is an object body received whole before the lease (spool.go),
+	// framed again for each sending with the same trailer.
+	spooled      *spooled
+	trailerName  string
+	trailerValue trailerSource
 }
 
 // replayable reports whether the request can be sent a second time: it has no
@@ -106,9 +111,24 @@ func (u *upstream) replayable() bool { return u.guard == nil }
 
 // rewind readies a replayable request to be sent again.
 func (u *upstream) rewind() {
-	if len(u.body) > 0 {
+	switch {
+	case u.spooled != nil:
+		u.sendSpooled()
+	case len(u.body) > 0:
 		u.req.Body = io.NopCloser(bytes.NewReader(u.body))
 	}
+}
+
+// sendSpooled frames the spooled body as aws-chunked with its trailer, as a
+// streamed one is (W9 holds by construction: the store gets a checkable
+// encoding), for one sending.
+func (u *upstream) sendSpooled() {
+	body := u.spooled.reader()
+	u.enc = newChunkEncoder(body, u.spooled.n, u.trailerName, u.trailerValue)
+	u.req.Body = struct {
+		io.Reader
+		io.Closer
+	}{u.enc, body}
 }
 
 // bodyComplete reports whether the store could have received a whole body: a
@@ -145,6 +165,9 @@ func (u *upstream) finish(r *request) {
 	if r.out == nil {
 		u.cancel()
 	}
+	if u.spooled != nil {
+		u.spooled.done()
+	}
 }
 
 // buildUpstream prepares the store request: path-style URL, the client's query
@@ -162,8 +185,7 @@ func (s *Server) buildUpstream(ctx *fasthttp.RequestCtx, r *request) (*upstream,
 	}
 	u := &upstream{req: req, payloadHash: emptySHA256, cancel: cancel}
 	if r.op.Body == BodyStreamed {
-		var e *apiError
-		if u.guard, u.enc, e = s.streamedBody(ctx, r, req); e != nil {
+		if e := s.streamedBody(ctx, r, u); e != nil {
 			cancel()
 			return nil, e
 		}
@@ -205,10 +227,7 @@ func (s *Server) roundTrip(ctx *fasthttp.RequestCtx, r *request, u *upstream) (*
 			if resp != nil {
 				resp.Body.Close()
 			}
-			if errors.Is(berr, errRequestTimeout) {
-				return nil, withClose(errRequestTimeout)
-			}
-			return nil, withClose(asAPIError(berr))
+			return nil, bodyError(berr)
 		}
 	}
 	if err != nil {
@@ -217,6 +236,15 @@ func (s *Server) roundTrip(ctx *fasthttp.RequestCtx, r *request, u *upstream) (*
 		return nil, errStoreUnreached
 	}
 	return resp, nil
+}
+
+// bodyError is the answer to a client body that failed its checks or did
+// not arrive; its connection cannot be reused.
+func bodyError(err error) *apiError {
+	if errors.Is(err, errRequestTimeout) {
+		return withClose(errRequestTimeout)
+	}
+	return withClose(asAPIError(err))
 }
 
 func withClose(e *apiError) *apiError {
@@ -257,16 +285,19 @@ func (s *Server) smallBody(ctx *fasthttp.RequestCtx, r *request) ([]byte, error)
 	return body, nil
 }
 
-// streamedBody sets up object data to stream upstream as aws-chunked with a
-// trailing checksum (see awschunked.go), verified on the way by sigv4.
-func (s *Server) streamedBody(ctx *fasthttp.RequestCtx, r *request, up *http.Request) (*bodyGuard, *chunkEncoder, *apiError) {
+// streamedBody sets up object data to go upstream as aws-chunked with a
+// trailing checksum (see awschunked.go), verified on the way by sigv4: a
+// PutObject body small enough is received whole into the spool first (before
+// any lease), any other streams through.
+func (s *Server) streamedBody(ctx *fasthttp.RequestCtx, r *request, u *upstream) *apiError {
+	up := u.req
 	br, err := r.auth.Body(ctx.RequestBodyStream())
 	if err != nil {
-		return nil, nil, withClose(asAPIError(err))
+		return withClose(asAPIError(err))
 	}
 	n := br.DecodedLength()
 	if n < 0 {
-		return nil, nil, withClose(errMissingContentLength)
+		return withClose(errMissingContentLength)
 	}
 	// The client's own checksum, from a header or announced as a trailer, travels
 	// as the upstream trailer; otherwise the gateway computes a CRC32.
@@ -303,8 +334,25 @@ func (s *Server) streamedBody(ctx *fasthttp.RequestCtx, r *request, up *http.Req
 		return isChecksum
 	})
 	guard := newBodyGuard(br, ctx.Conn(), s.cfg.BodyStallTimeout)
-	enc := newChunkEncoder(guard, n, trailerName, trailerValue)
-	up.Body = io.NopCloser(enc)
+	u.trailerName, u.trailerValue = trailerName, trailerValue
+	if r.op.Name == "PutObject" && s.spool.take(n) {
+		body, err := s.spool.fill(guard, n)
+		if complete := guard.stop(); !complete {
+			ctx.SetConnectionClose()
+		}
+		if err != nil {
+			if berr := guard.failure(); berr != nil {
+				err = berr
+			}
+			return bodyError(err)
+		}
+		u.spooled = body
+		u.sendSpooled()
+	} else {
+		u.guard = guard
+		u.enc = newChunkEncoder(guard, n, trailerName, trailerValue)
+		up.Body = io.NopCloser(u.enc)
+	}
 	up.ContentLength = encodedLength(n, trailerName)
 	up.Header.Set("X-Amz-Decoded-Content-Length", strconv.FormatInt(n, 10))
 	up.Header.Set("X-Amz-Trailer", trailerName)
@@ -317,5 +365,5 @@ func (s *Server) streamedBody(ctx *fasthttp.RequestCtx, r *request, up *http.Req
 	}
 	up.Header["Content-Encoding"] = []string{strings.Join(encodings, ",")}
 	r.bytesIn = n
-	return guard, enc, nil
+	return nil
 }

@@ -62,9 +62,27 @@ type Config struct {
 	BodyMemoryWait time.Duration
 	// AdminToken, when set, is the bearer token /readyz and /metrics require.
 	AdminToken string
+
+	// The PutObject body spool (spool.go): bodies up to SpoolMax (negative:
+	// none) are received whole before the lease, in memory up to SpoolMemory,
+	// else in an unlinked file in SpoolDir ("" is the system's temporary
+	// directory), with at most SpoolBudget bytes held at once.
+	SpoolMax    int64
+	SpoolMemory int64
+	SpoolBudget int64
+	SpoolDir    string
 }
 
 func (c *Config) applyDefaults() {
+	if c.SpoolMax == 0 {
+		c.SpoolMax = defaultSpoolMax
+	}
+	if c.SpoolMemory == 0 {
+		c.SpoolMemory = defaultSpoolMemory
+	}
+	if c.SpoolBudget == 0 {
+		c.SpoolBudget = defaultSpoolBudget
+	}
 	if c.ShutdownGrace == 0 {
 		c.ShutdownGrace = 30 * time.Second
 	}
@@ -135,6 +153,7 @@ type Server struct {
 	fencingUnproven atomic.Pointer[string]
 	conns           *connLimiter
 	bodies          *bodyBudget
+	spool           *spool
 	wg              sync.WaitGroup
 	errc            chan error
 }
@@ -148,6 +167,7 @@ func New(ctx context.Context, cfg Config, deps Deps) (*Server, error) {
 	cfg.applyDefaults()
 	s := &Server{cfg: cfg, deps: deps, metrics: newMetrics(), errc: make(chan error, 2)}
 	s.bodies = newBodyBudget(cfg.BodyMemory, cfg.BodyMemoryWait, s.metrics)
+	s.spool = newSpool(&cfg, s.metrics)
 	keys, err := newKeyCache(ctx, deps.Keys, deps.Log)
 	if err != nil {
 		return nil, fmt.Errorf("load access keys: %w", err)

@@ -115,6 +115,9 @@ func (s *Server) keyedWrite(ctx *fasthttp.RequestCtx, r *request, u *upstream, w
 	}
 	sent := false
 	defer func() { l.Close(sent) }()
+	if l.Waited && u.spooled != nil {
+		s.spool.waits.Inc()
+	}
 	failpoint.Hit("after-lease")
 
 	fence, err := l.Settle(context.Background(), s.store)

@@ -187,6 +187,7 @@ func (m *Manager) Acquire(ctx context.Context, req Request) (*Lease, error) {
 			}
 			l := m.newLease(req, id, sent)
 			l.acquiredState = ks
+			l.Waited = waited
 			if m.Hooks.Acquired != nil {
 				m.Hooks.Acquired(req.Bucket, req.Key, id)
 			}
@@ -233,6 +234,7 @@ type Lease struct {
 	Bucket, Key string
 	AttemptID   string
 	Op          string
+	Waited      bool // the key was leased when this writer came, and it waited
 	req         Request
 	// acquiredState is the key's state read with the lease, for the first
 	// Settle; later ones read it again.

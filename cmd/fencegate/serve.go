@@ -35,8 +35,12 @@ type serveConfig struct {
 	Reconcile      time.Duration
 	ProbeBucket    string
 	RequireFencing bool
-	// BodyMemoryBytes is gateway.Config.BodyMemory, as an int flag.
-	BodyMemoryBytes int
+	// BodyMemoryBytes is gateway.Config.BodyMemory, as an int flag; the
+	// spool's byte limits likewise.
+	BodyMemoryBytes  int
+	SpoolMaxBytes    int
+	SpoolMemoryBytes int
+	SpoolBudgetBytes int
 }
 
 func (c *serveConfig) define(f envFlags) {
@@ -59,6 +63,10 @@ func (c *serveConfig) define(f envFlags) {
 	f.Int(&c.MaxConns, "max-conns", "FENCEGATE_MAX_CONNS", 4096, "open S3 client connections at most; one more is answered 503 SlowDown and closed (-1: no limit)")
 	f.Int(&c.MaxConnsPerIP, "max-conns-per-ip", "FENCEGATE_MAX_CONNS_PER_IP", 1024, "open S3 client connections per client IP at most; one more is answered 503 SlowDown and closed (-1: no limit)")
 	f.Int(&c.BodyMemoryBytes, "max-body-memory", "FENCEGATE_MAX_BODY_MEMORY", 64<<20, "bytes of small request bodies (XML documents, read whole) held at once; a request that finds none free for 2 s gets 503 SlowDown")
+	f.Int(&c.SpoolMaxBytes, "spool-max", "FENCEGATE_SPOOL_MAX", 16<<20, "PutObject bodies up to this many bytes are received whole before the key's lease is taken (negative: none)")
+	f.Int(&c.SpoolMemoryBytes, "spool-memory", "FENCEGATE_SPOOL_MEMORY", 1<<20, "spooled bodies up to this many bytes stay in memory; larger ones go to an unlinked temporary file")
+	f.Int(&c.SpoolBudgetBytes, "spool-budget", "FENCEGATE_SPOOL_BUDGET", 256<<20, "bytes of spooled bodies held at once, memory and disk; a body that finds it spent streams instead")
+	f.String(&c.SpoolDir, "spool-dir", "FENCEGATE_SPOOL_DIR", "", "directory for spooled bodies' temporary files (default: the system's temporary directory)")
 	f.String(&c.AdminToken, "admin-token", "FENCEGATE_ADMIN_TOKEN", "", "when set, /readyz and /metrics require the header \"Authorization: Bearer TOKEN\" (/healthz stays open)")
 	f.Duration(&c.Lease.TTL, "lease-ttl", "FENCEGATE_LEASE_TTL", 60*time.Second, "key lease lifetime (on PostgreSQL's clock)")
 	f.Duration(&c.Lease.RenewEvery, "lease-renew", "FENCEGATE_LEASE_RENEW", 20*time.Second, "lease renewal period while a write is outstanding")
@@ -163,6 +171,7 @@ func runServe(ctx context.Context, cfg serveConfig, started func(s3Addr, adminAd
 	gcfg := cfg.Config
 	gcfg.Region = cfg.Region
 	gcfg.BodyMemory = int64(cfg.BodyMemoryBytes)
+	gcfg.SpoolMax, gcfg.SpoolMemory, gcfg.SpoolBudget = int64(cfg.SpoolMaxBytes), int64(cfg.SpoolMemoryBytes), int64(cfg.SpoolBudgetBytes)
 	gcfg.Backend = gateway.Backend{Endpoint: cfg.BackendURL, AccessKey: cfg.BackendKey, SecretKey: cfg.BackendSecret, Region: cfg.BackendRegion}
 	for _, d := range strings.Split(cfg.Domains, ",") {
 		if d = strings.TrimSpace(d); d != "" {

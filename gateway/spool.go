@@ -1,0 +1,181 @@
+package gateway
+
+import (
+	"bytes"
+	"io"
+	"os"
+	"sync"
+	"sync/atomic"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"golang.org/x/sync/semaphore"
+)
+
+// The spool receives a small PutObject body whole, verified (signature
+// chunks, checksums, length), before the key's lease is taken (docs/DESIGN.md,
+// "Concurrent writers"). The lease then covers one store round trip instead of
+// the client's upload: concurrent writers of one key receive their bodies in
+// parallel and publish in the order they finish, as S3 does, and a body cut
+// short never reaches the store at all. Larger bodies, and bodies that arrive
+// while the spool's budget is spent, stream as before.
+
+// Defaults for the spool's limits (Config).
+const (
+	defaultSpoolMax    = 16 << 20  // bodies up to this are spooled
+	defaultSpoolMemory = 1 << 20   // ... in memory up to this, else in a file
+	defaultSpoolBudget = 256 << 20 // spooled bytes held at once, memory and disk
+)
+
+// spool is the gateway's body spool: its limits, its budget and its metrics.
+type spool struct {
+	max, inMemory int64
+	dir           string
+	budget        *semaphore.Weighted
+	held          atomic.Int64
+	memory, disk  prometheus.Gauge
+	fellBack      prometheus.Counter
+	waits         prometheus.Counter
+	buffers       sync.Pool // *[]byte of cap inMemory
+}
+
+func newSpool(cfg *Config, m *metrics) *spool {
+	sp := &spool{max: cfg.SpoolMax, inMemory: min(cfg.SpoolMemory, cfg.SpoolMax), dir: cfg.SpoolDir,
+		budget: semaphore.NewWeighted(max(cfg.SpoolBudget, 1)),
+		memory: m.spoolMemory, disk: m.spoolDisk, fellBack: m.spoolFellBack, waits: m.spoolWaits}
+	sp.buffers.New = func() any {
+		b := make([]byte, 0, sp.inMemory)
+		return &b
+	}
+	return sp
+}
+
+// spooled is one body held whole: in memory or in an unlinked temporary file
+// (it has no name, so no crash can leave it behind). Its space goes back when
+// its owner is done with it and every sending of it has been closed: the HTTP
+// transport may still read a request body after the answer came.
+type spooled struct {
+	sp   *spool
+	buf  *[]byte
+	file *os.File
+	n    int64
+	refs atomic.Int32 // the owner's reference and one per open sending
+	once sync.Once
+}
+
+// take reserves n bytes of the spool for a body of n bytes; false sends the
+// body down the streaming path (too big, or the budget is spent: a body never
+// waits for spool space).
+func (sp *spool) take(n int64) bool {
+	if sp == nil || sp.max <= 0 || n > sp.max || n < 0 {
+		return false
+	}
+	if !sp.budget.TryAcquire(n) {
+		sp.fellBack.Inc()
+		return false
+	}
+	sp.held.Add(n)
+	return true
+}
+
+// fill reads all n bytes of src into the spool space take reserved. On error
+// the space is given back.
+func (sp *spool) fill(src io.Reader, n int64) (*spooled, error) {
+	s := &spooled{sp: sp, n: n}
+	s.refs.Store(1)
+	var err error
+	if n <= sp.inMemory {
+		s.buf = sp.buffers.Get().(*[]byte)
+		b := (*s.buf)[:n]
+		_, err = io.ReadFull(src, b)
+		*s.buf = b
+		sp.memory.Add(float64(n))
+	} else {
+		s.file, err = os.CreateTemp(sp.dir, "fencegate-spool-*")
+		if err == nil {
+			// Unlinked at once: the space goes back when the file is closed, by
+			// whatever path, a crash included.
+			_ = os.Remove(s.file.Name())
+			sp.disk.Add(float64(n))
+			var w int64
+			w, err = io.CopyN(s.file, src, n)
+			if err == nil && w != n {
+				err = io.ErrUnexpectedEOF
+			}
+		}
+	}
+	if err == io.EOF {
+		err = io.ErrUnexpectedEOF
+	}
+	if err == nil {
+		// The source must be at its end: this is also where a verifying
+		// reader checks the body's final signature and trailer.
+		var one [1]byte
+		for err == nil {
+			var k int
+			k, err = src.Read(one[:])
+			if k > 0 {
+				err = errBodyLonger
+			}
+		}
+		if err == io.EOF {
+			err = nil
+		}
+	}
+	if err != nil {
+		s.release()
+		return nil, err
+	}
+	return s, nil
+}
+
+// reader reads the body from its start, for one sending; its Close ends that
+// sending's hold on the body.
+func (s *spooled) reader() io.ReadCloser {
+	s.refs.Add(1)
+	var r io.Reader
+	if s.file != nil {
+		r = io.NewSectionReader(s.file, 0, s.n)
+	} else {
+		r = bytes.NewReader(*s.buf)
+	}
+	return &spoolReader{Reader: r, s: s}
+}
+
+type spoolReader struct {
+	io.Reader
+	s    *spooled
+	once sync.Once
+}
+
+func (r *spoolReader) Close() error {
+	r.once.Do(r.s.unref)
+	return nil
+}
+
+// done ends the owner's hold on the body.
+func (s *spooled) done() { s.unref() }
+
+func (s *spooled) unref() {
+	if s.refs.Add(-1) == 0 {
+		s.release()
+	}
+}
+
+// release gives the body's space back, once.
+func (s *spooled) release() {
+	s.once.Do(func() {
+		if s.file != nil {
+			s.file.Close()
+			s.sp.disk.Sub(float64(s.n))
+		} else if s.buf != nil {
+			*s.buf = (*s.buf)[:0]
+			s.sp.buffers.Put(s.buf)
+			s.sp.memory.Sub(float64(s.n))
+		}
+		s.sp.held.Add(-s.n)
+		s.sp.budget.Release(s.n)
+	})
+}
+
+// SpooledBytes is the bytes of PutObject bodies held in the spool now.
+func (s *Server) SpooledBytes() int64 { return s.spool.held.Load() }
