@@ -2,10 +2,12 @@ package conformance
 
 import (
 	"context"
+	"fmt"
 	"hash/crc32"
 	"io"
 	"net/http"
 	"os"
+	"sync"
 	"testing"
 	"time"
 
@@ -109,5 +111,90 @@ func memoryStreaming(t *testing.T, size int64) {
 		mib, mib/putSecs, mib/getSecs, float64(idle)/1024, float64(peak)/1024, growth)
 	if growth >= 64 {
 		t.Fatalf("peak RSS grew by %.1f MiB while streaming %.0f MiB", growth, mib)
+	}
+}
+
+// The spool keeps memory bounded too: 64 concurrent 16 MiB PUTs (each small
+// enough to spool) through a gateway process with the default spool settings
+// grow its peak RSS by less than 64 MiB. Bodies over --spool-memory go to
+// temporary files, at most --spool-budget (256 MiB) at once; the rest stream.
+func TestMemorySpool64Concurrent16MiB(t *testing.T) {
+	if testing.Short() {
+		t.Skip("sends 1 GiB")
+	}
+	store := testenv.Store(t)
+	g := startGatewayProcess(t, store)
+	ctx := context.Background()
+	bucket := "t-spoolmem-" + randomSuffix()
+	if _, err := g.S3Client().CreateBucket(ctx, &s3.CreateBucketInput{Bucket: &bucket}); err != nil {
+		t.Fatal(err)
+	}
+	const clients, size = 64, 16 << 20
+	t.Cleanup(func() {
+		for i := 0; i < clients; i++ {
+			_, _ = store.S3Client().DeleteObject(context.Background(), &s3.DeleteObjectInput{Bucket: &bucket, Key: aws.String(fmt.Sprintf("o%d", i))})
+		}
+	})
+	idle := g.rssKiB(t, "VmRSS")
+	// The spool's peak, sampled from /metrics while the PUTs run.
+	stop := make(chan struct{})
+	peaks := make(chan [2]float64, 1)
+	go func() {
+		var disk, mem float64
+		for {
+			select {
+			case <-stop:
+				peaks <- [2]float64{disk, mem}
+				return
+			case <-time.After(20 * time.Millisecond):
+			}
+			disk = max(disk, adminMetric(t, g.Admin, "fencegate_spooled_bytes_disk"))
+			mem = max(mem, adminMetric(t, g.Admin, "fencegate_spooled_bytes_memory"))
+		}
+	}()
+	start := time.Now()
+	var wg sync.WaitGroup
+	errs := make(chan error, clients)
+	creds := aws.Credentials{AccessKeyID: g.AccessKey, SecretAccessKey: g.SecretKey}
+	for i := 0; i < clients; i++ {
+		wg.Add(1)
+		go func(i int) {
+			defer wg.Done()
+			req, _ := http.NewRequest("PUT", fmt.Sprintf("%s/%s/o%d", g.URL, bucket, i), &patternReader{left: size})
+			req.ContentLength = size
+			req.Header.Set("X-Amz-Content-Sha256", "UNSIGNED-PAYLOAD")
+			if err := v4.NewSigner().SignHTTP(ctx, creds, req, "UNSIGNED-PAYLOAD", "s3", "us-east-1", time.Now()); err != nil {
+				errs <- err
+				return
+			}
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				errs <- err
+				return
+			}
+			body, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != 200 {
+				errs <- fmt.Errorf("PUT o%d: %s %s", i, resp.Status, body)
+			}
+		}(i)
+	}
+	wg.Wait()
+	close(stop)
+	peak := <-peaks
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	secs := time.Since(start).Seconds()
+	rssPeak := g.rssKiB(t, "VmHWM")
+	growth := float64(rssPeak-idle) / 1024
+	t.Logf("%d x %d MiB PUTs in %.1f s (%.0f MiB/s); spool peak: %.0f MiB on disk, %.1f MiB in memory; RSS idle %.1f MiB, peak %.1f MiB, growth %.1f MiB (limit 64)",
+		clients, size>>20, secs, float64(clients*size>>20)/secs, peak[0]/(1<<20), peak[1]/(1<<20), float64(idle)/1024, float64(rssPeak)/1024, growth)
+	if peak[0] > 256<<20 {
+		t.Fatalf("spooled %.0f MiB on disk at once, over the 256 MiB budget", peak[0]/(1<<20))
+	}
+	if growth >= 64 {
+		t.Fatalf("peak RSS grew by %.1f MiB", growth)
 	}
 }

@@ -72,22 +72,11 @@ func closedBy(c net.Conn, since time.Time, limit time.Duration) (time.Duration, 
 // adminMetric reads one unlabelled sample from the admin listener's /metrics.
 func adminMetric(t *testing.T, admin, name string) float64 {
 	t.Helper()
-	resp, err := http.Get(admin + "/metrics")
-	if err != nil {
-		t.Fatal(err)
+	v, ok := metricsOf(t, admin)[name]
+	if !ok {
+		t.Fatalf("no %s in /metrics", name)
 	}
-	b := readAllClose(t, resp.Body)
-	for _, line := range strings.Split(string(b), "\n") {
-		if v, ok := strings.CutPrefix(line, name+" "); ok {
-			f, err := strconv.ParseFloat(v, 64)
-			if err != nil {
-				t.Fatal(err)
-			}
-			return f
-		}
-	}
-	t.Fatalf("no %s in /metrics", name)
-	return 0
+	return v
 }
 
 // 200 slow connections at once (silent, half a request head, or full PutObject
