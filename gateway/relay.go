@@ -71,6 +71,12 @@ func (s *Server) relay(ctx *fasthttp.RequestCtx, r *request, resp *http.Response
 			h.SetContentType(vs[0])
 			continue
 		}
+		if strings.HasPrefix(k, "X-Amz-Meta-") {
+			// User metadata names are lower case in S3, and SDKs take the
+			// rest of the name as the key as it is; net/http canonicalized
+			// the store's names ("x-amz-meta-foo" became "X-Amz-Meta-Foo").
+			k = strings.ToLower(k)
+		}
 		for _, v := range vs {
 			h.Add(k, v)
 		}
