@@ -371,3 +371,36 @@ func TestCompatMultipartChecksum(t *testing.T) {
 		})
 	}
 }
+
+// A copy of an object onto itself that changes nothing is refused with S3's
+// 400 InvalidRequest; with the REPLACE directive it replaces the metadata
+// (test_object_copy_to_itself, test_object_copy_to_itself_with_metadata).
+func TestCompatCopyToItself(t *testing.T) {
+	for _, tg := range compatTargets(t) {
+		t.Run(tg.name, func(t *testing.T) {
+			ep := tg.ep
+			bucket := testenv.Bucket(t)
+			createBucket(t, ep, bucket)
+			obj := "/" + bucket + "/self"
+			wantWireStatus(t, "put", wireExchange(t, ep, "PUT", obj, []byte("foo"), map[string]string{"x-amz-meta-a": "1"}), 200)
+			for _, directive := range []string{"", "COPY"} {
+				h := map[string]string{"x-amz-copy-source": obj}
+				if directive != "" {
+					h["x-amz-metadata-directive"] = directive
+				}
+				w := wireExchange(t, ep, "PUT", obj, nil, h)
+				if w.Status != 400 || xmlText(w.Body, "Code") != "InvalidRequest" {
+					t.Errorf("copy onto itself (directive %q): %d %s, want 400 InvalidRequest", directive, w.Status, w.Body)
+				}
+			}
+			w := wireExchange(t, ep, "PUT", obj, nil, map[string]string{"x-amz-copy-source": obj,
+				"x-amz-metadata-directive": "REPLACE", "x-amz-meta-b": "2"})
+			wantWireStatus(t, "copy onto itself, REPLACE", w, 200)
+			w = wireExchange(t, ep, "GET", obj, nil, nil)
+			wantWireStatus(t, "get", w, 200)
+			if string(w.Body) != "foo" || w.get("x-amz-meta-b") != "2" || w.get("x-amz-meta-a") != "" {
+				t.Errorf("after the REPLACE copy onto itself: body %q, metadata a=%q b=%q; want foo, b=2 only", w.Body, w.get("x-amz-meta-a"), w.get("x-amz-meta-b"))
+			}
+		})
+	}
+}

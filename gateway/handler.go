@@ -141,6 +141,9 @@ func (s *Server) dispatch(ctx *fasthttp.RequestCtx, r *request) *apiError {
 		case "PutObject":
 			return s.putObject(ctx, r)
 		case "CopyObject":
+			if e := copyOntoItself(r); e != nil {
+				return e
+			}
 			return s.copyObject(ctx, r)
 		case "CompleteMultipartUpload":
 			return s.completeUpload(ctx, r)
