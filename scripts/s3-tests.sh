@@ -12,6 +12,7 @@
 #   S3TESTS_ARGS  extra pytest arguments, e.g. "-k atomic_dual_write"
 #   OUT_DIR       results (default bin/s3-tests/<UTC time>; bin/s3-tests/latest points at it)
 #   KEXPR, PROFILE, TEST_TIMEOUT, RUN_TIMEOUT, ...: passed to run.sh as they are
+#   S3TESTS_LOG_LEVEL     the gateway's log level in OUT_DIR/stack.log (default warn; info logs every request)
 #   S3TESTS_KEEP_STACK=1  keep bin/s3-tests/stack (PostgreSQL and SeaweedFS data) afterwards
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -57,7 +58,7 @@ mkdir -p "$STACK_DIR"
 rm -f "$STACK_DIR/env"
 
 echo "s3-tests: starting PostgreSQL + SeaweedFS + fencegate in $STACK_DIR (log: $OUT_DIR/stack.log)"
-"$BIN" dev run --dir "$STACK_DIR" --log-level warn >"$OUT_DIR/stack.log" 2>&1 &
+"$BIN" dev run --dir "$STACK_DIR" --log-level "${S3TESTS_LOG_LEVEL:-warn}" >"$OUT_DIR/stack.log" 2>&1 &
 STACK_PID=$!
 stop_stack() {
 	if kill -0 "$STACK_PID" 2>/dev/null; then
