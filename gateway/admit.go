@@ -128,6 +128,39 @@ func parseCopySource(v string) (bucket, key string, err *apiError) {
 	return bucket, key, nil
 }
 
+// errCopyOntoItself is S3's answer to a CopyObject onto its own source that
+// changes nothing.
+var errCopyOntoItself = newAPIError("InvalidRequest", 400,
+	"This copy request is illegal because it is trying to copy an object to itself without changing the object's metadata, storage class, website redirect location or encryption attributes.")
+
+// copyOntoItself refuses a CopyObject whose source is its own destination
+// (the current version: a copy of an older versionId restores it) unless it
+// replaces the metadata or changes the storage class, website redirect or
+// encryption, as S3 does. fencegate must decide this itself: it sends every
+// copy to the store as a REPLACE (copy.go), which the store would accept.
+func copyOntoItself(r *request) *apiError {
+	src := r.hdr.get("x-amz-copy-source")
+	bucket, key, e := parseCopySource(src)
+	if e != nil || bucket != r.bucket || key != r.key {
+		return nil
+	}
+	if _, q, ok := strings.Cut(src, "?"); ok {
+		if v, err := url.ParseQuery(q); err == nil && v.Get("versionId") != "" {
+			return nil
+		}
+	}
+	if strings.EqualFold(strings.TrimSpace(r.hdr.get("x-amz-metadata-directive")), "REPLACE") {
+		return nil
+	}
+	for _, h := range []string{"x-amz-storage-class", "x-amz-website-redirect-location", "x-amz-server-side-encryption",
+		"x-amz-server-side-encryption-aws-kms-key-id", "x-amz-server-side-encryption-customer-algorithm"} {
+		if r.hdr.has(h) {
+			return nil
+		}
+	}
+	return errCopyOntoItself
+}
+
 // sigv4Request adapts a fasthttp request to what sigv4 verifies.
 func sigv4Request(ctx *fasthttp.RequestCtx) *sigv4.Request {
 	h := &ctx.Request.Header

@@ -23,6 +23,9 @@ var restatedOnCopy = []string{"Content-Type", "Content-Encoding", "Content-Dispo
 // a COPY becomes REPLACE with the source's metadata and system headers restated
 // and x-amz-copy-source-if-match pinning the source version that was read.
 func (s *Server) copyObject(ctx *fasthttp.RequestCtx, r *request) *apiError {
+	if e := copyOntoItself(r); e != nil {
+		return e
+	}
 	src := r.hdr.get("x-amz-copy-source")
 	srcBucket, srcKey, _ := parseCopySource(src)
 	versionID := ""

@@ -35,9 +35,11 @@ const maxPeekedError = 64 << 10
 // headers and body, as the store sent them.
 func (s *Server) relay(ctx *fasthttp.RequestCtx, r *request, resp *http.Response) *apiError {
 	var peeked []byte
-	if resp.StatusCode == http.StatusForbidden && !ctx.IsHead() {
+	if resp.StatusCode >= 400 && !ctx.IsHead() {
+		// An error document is small: read it to check its code and to give it
+		// the gateway's request id (below).
 		peeked, _ = io.ReadAll(io.LimitReader(resp.Body, maxPeekedError))
-		if code := xmlElement(peeked, "Code"); backendAuthCodes[code] {
+		if code := xmlElement(peeked, "Code"); resp.StatusCode == http.StatusForbidden && backendAuthCodes[code] {
 			resp.Body.Close()
 			s.deps.Log.Error("the store refused fencegate's own credentials: check --backend-access-key, --backend-secret-key, --backend-region and this host's clock",
 				"request_id", r.id, "store_code", code, "store_message", xmlElement(peeked, "Message"))
@@ -69,6 +71,12 @@ func (s *Server) relay(ctx *fasthttp.RequestCtx, r *request, resp *http.Response
 			h.SetContentType(vs[0])
 			continue
 		}
+		if strings.HasPrefix(k, "X-Amz-Meta-") {
+			// User metadata names are lower case in S3, and SDKs take the
+			// rest of the name as the key as it is; net/http canonicalized
+			// the store's names ("x-amz-meta-foo" became "X-Amz-Meta-Foo").
+			k = strings.ToLower(k)
+		}
 		for _, v := range vs {
 			h.Add(k, v)
 		}
@@ -92,7 +100,14 @@ func (s *Server) relay(ctx *fasthttp.RequestCtx, r *request, resp *http.Response
 	case peeked != nil:
 		rest, _ := io.ReadAll(resp.Body)
 		resp.Body.Close()
-		ctx.SetBody(append(peeked, rest...))
+		body := append(peeked, rest...)
+		if resp.StatusCode >= 400 {
+			// The body names the request by the same id as the header, as
+			// S3's clients expect (they log and report either one); the
+			// store's own id stays in x-fencegate-store-request-id.
+			body = withRequestID(body, r.id)
+		}
+		ctx.SetBody(body)
 	default:
 		r.out = &countingBody{rc: resp.Body, cancel: r.cancelUpstream}
 		if spliceable(ctx, resp) {
@@ -178,6 +193,23 @@ func xmlElement(doc []byte, name string) string {
 		return ""
 	}
 	return html.UnescapeString(strings.TrimSpace(string(rest[:j])))
+}
+
+// withRequestID puts id in place of an error document's <RequestId>.
+func withRequestID(doc []byte, id string) []byte {
+	const open, closing = "<RequestId>", "</RequestId>"
+	i := bytes.Index(doc, []byte(open))
+	if i < 0 {
+		return doc
+	}
+	j := bytes.Index(doc[i:], []byte(closing))
+	if j < 0 {
+		return doc
+	}
+	out := make([]byte, 0, len(doc)+len(id))
+	out = append(out, doc[:i+len(open)]...)
+	out = append(out, id...)
+	return append(out, doc[i+j:]...)
 }
 
 // ownedBy names the access key as the owner in a ListBuckets answer: the

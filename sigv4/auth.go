@@ -112,7 +112,11 @@ func (a *Auth) setBodyInfo(h *headerScan) *Error {
 	if h.nChecksum == 1 {
 		c, ok := decodeChecksum(h.checksumAlgo, h.checksumValue)
 		if !ok {
-			return errInvalidRequest("Value for %s header is invalid.", h.checksumAlgo.headerName())
+			// A value that does not even decode cannot match the body:
+			// BadDigest, as Ceph RGW and SeaweedFS answer and ceph/s3-tests
+			// expects (test_object_checksum_sha256). (versitygw answers
+			// InvalidRequest "Value for ... header is invalid."; both are 400.)
+			return errBadDigest(h.checksumAlgo.upperName())
 		}
 		a.checksum = c
 	}

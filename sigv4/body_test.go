@@ -83,10 +83,11 @@ func TestChecksumHeaders(t *testing.T) {
 			if len(got) >= len(body) {
 				t.Fatalf("%s: yielded %d bytes", algo, len(got))
 			}
-			// Malformed value: refused by Verify, before the body.
+			// Malformed value: refused by Verify, before the body, as a
+			// digest that cannot match.
 			r = signedPut(t, body, payload, map[string]string{"X-Amz-Checksum-" + algo: "AAAA" + good})
 			_, err = testVerifier(oracleNow).Verify(r)
-			wantCode(t, err, CodeInvalidRequest)
+			wantCode(t, err, CodeBadDigest)
 		}
 	}
 	// Two checksum headers.
