@@ -60,6 +60,9 @@ type gatewayOptions struct {
 	Domains       []string
 	// Configure adjusts the gateway's configuration last (limits, timeouts).
 	Configure func(*gateway.Config)
+	// Stream turns the spool off: every PutObject body streams while the
+	// key's lease is held (as bodies over --spool-max do).
+	Stream bool
 }
 
 var (
@@ -116,6 +119,9 @@ func startGateway(t *testing.T, o gatewayOptions) *testGateway {
 		Listen: "127.0.0.1:0", AdminListen: "127.0.0.1:0", ShutdownGrace: grace,
 		Region: "us-east-1", Domains: o.Domains, BodyStallTimeout: o.BodyStall,
 		Backend: gateway.Backend{Endpoint: storeURL, AccessKey: store.AccessKey, SecretKey: store.SecretKey, Region: "us-east-1"},
+	}
+	if o.Stream {
+		cfg.SpoolMax = -1
 	}
 	if o.Configure != nil {
 		o.Configure(&cfg)

@@ -14,7 +14,7 @@ import (
 
 // Graceful shutdown stops accepting at once but lets a request in flight finish.
 func TestGracefulShutdownFinishesInFlight(t *testing.T) {
-	g := startGateway(t, gatewayOptions{})
+	g := startGateway(t, gatewayOptions{Stream: true})
 	ctx := context.Background()
 	bucket := "t-shutdown-" + randomSuffix()
 	if _, err := g.S3Client().CreateBucket(ctx, &s3.CreateBucketInput{Bucket: &bucket}); err != nil {
@@ -77,7 +77,7 @@ func TestMetricsCountRequests(t *testing.T) {
 // When the grace runs out, a write still in flight is cut: its attempt is
 // recorded (failed: its body never completed) and its lease released.
 func TestShutdownCutsLeasedWritesAndReleases(t *testing.T) {
-	g := startGateway(t, gatewayOptions{Lease: testLease, ShutdownGrace: 500 * time.Millisecond})
+	g := startGateway(t, gatewayOptions{Lease: testLease, ShutdownGrace: 500 * time.Millisecond, Stream: true})
 	bucket := "t-shutcut-" + randomSuffix()
 	createBucket(t, g.Endpoint, bucket)
 	conn := startRawPut(t, g.Endpoint, bucket, "stuck", 1<<20)
@@ -110,10 +110,19 @@ func TestShutdownCutsLeasedWritesAndReleases(t *testing.T) {
 	audit(t, g.Store, bucket, "stuck")
 }
 
-// A body that stalls ends with S3's RequestTimeout; the write is recorded
-// failed (its body never completed) and its lease released.
+// A body that stalls ends with S3's RequestTimeout. Streamed, the write is
+// recorded failed (its body never completed) and its lease released; spooled,
+// it never took a lease nor recorded an attempt.
 func TestStalledBodyEndsWithRequestTimeout(t *testing.T) {
-	g := startGateway(t, gatewayOptions{Lease: testLease, BodyStall: 500 * time.Millisecond})
+	for _, streamed := range []bool{true, false} {
+		t.Run(map[bool]string{true: "streamed", false: "spooled"}[streamed], func(t *testing.T) {
+			stalledBody(t, streamed)
+		})
+	}
+}
+
+func stalledBody(t *testing.T, streamed bool) {
+	g := startGateway(t, gatewayOptions{Lease: testLease, BodyStall: 500 * time.Millisecond, Stream: streamed})
 	bucket := "t-stall-" + randomSuffix()
 	createBucket(t, g.Endpoint, bucket)
 	conn := startRawPut(t, g.Endpoint, bucket, "stalled", 1<<20)
@@ -130,8 +139,11 @@ func TestStalledBodyEndsWithRequestTimeout(t *testing.T) {
 		t.Fatalf("%d %s, want 400 RequestTimeout", resp.StatusCode, code)
 	}
 	as := attemptsOf(t, bucket, "stalled")
-	if len(as) != 1 || as[0].State != "failed" {
+	switch {
+	case streamed && (len(as) != 1 || as[0].State != "failed"):
 		t.Fatalf("attempts %+v, want the stalled write failed", as)
+	case !streamed && len(as) != 0:
+		t.Fatalf("attempts %+v, want none: a spooled body takes no lease until it is whole", as)
 	}
 	audit(t, g.Store, bucket, "stalled")
 }

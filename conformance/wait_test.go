@@ -8,7 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fencegate/fencegate/gateway"
 	"github.com/fencegate/fencegate/lease"
 )
 
@@ -20,8 +19,7 @@ func TestWaiterWaitsWhileHolderProgresses(t *testing.T) {
 	cfg := lease.Config{TTL: 10 * time.Second, RenewEvery: 2 * time.Second, Margin: 2 * time.Second,
 		WaitMax: time.Second, WaitLimit: 20 * time.Second, ProgressEvery: 200 * time.Millisecond, WaitPoll: 50 * time.Millisecond}
 	// Bodies stream (no spool): the holder holds the key while its body flows.
-	g := startGateway(t, gatewayOptions{Lease: cfg, BodyStall: 30 * time.Second,
-		Configure: func(c *gateway.Config) { c.SpoolMax = -1 }})
+	g := startGateway(t, gatewayOptions{Lease: cfg, BodyStall: 30 * time.Second, Stream: true})
 	bucket := "t-wait-" + randomSuffix()
 	createBucket(t, g.Endpoint, bucket)
 	leased := func(key string) func() bool {

@@ -237,15 +237,19 @@ func TestReconcilerBatchLimit(t *testing.T) {
 			t.Errorf("attempt %s is %s, want adopted", id, s)
 		}
 	}
-	// A batch over 100 is capped at 100 (the documented maximum).
+	// A batch over 100 (the documented maximum) is refused, not clamped; the
+	// default batch is the maximum.
+	if err := (lease.ReconcilerConfig{Batch: 1000}).Validate(); err == nil {
+		t.Fatal("a batch of 1000 was accepted")
+	}
 	_, _, more := unknownAttempts(t, m, st, 101)
-	big := lease.NewReconciler(lease.ReconcilerConfig{Batch: 1000, ClaimFor: time.Minute}, m, st, nil)
+	big := lease.NewReconciler(lease.ReconcilerConfig{ClaimFor: time.Minute}, m, st, nil)
 	res, err := big.RunOnce(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}
 	if res.Claimed != 100 {
-		t.Fatalf("a batch of 1000 claimed %d keys, want the cap of 100", res.Claimed)
+		t.Fatalf("the default batch claimed %d keys, want 100", res.Claimed)
 	}
 	if res, _ := big.RunOnce(context.Background()); res.Claimed != 1 {
 		t.Fatalf("the next scan claimed %d, want the 1 left", res.Claimed)

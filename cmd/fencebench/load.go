@@ -25,6 +25,7 @@ const (
 	opGET       = "GET"
 	opPUT       = "PUT"
 	opMultipart = "MULTIPART" // CreateMultipartUpload, UploadPart x4, Complete
+	opPUTHot    = "PUT1KEY"   // every client PUTs the same key: writers of one key queue
 	partSize    = 64 << 20
 	partCount   = 4
 	bucket      = "fencebench"
@@ -231,6 +232,8 @@ func runCell(ctx context.Context, t target, pg procGroups, c cell, dur time.Dura
 					err = cl.get(ctx, fmt.Sprintf("get/%d/%d", c.size, w%getKeys(c.conc)), c.size, buf)
 				case opPUT:
 					err = cl.put(ctx, fmt.Sprintf("put/%s/%d/%d", t.name, c.size, w), data, buf)
+				case opPUTHot:
+					err = cl.put(ctx, fmt.Sprintf("hot/%s/%d", t.name, c.size), data, buf)
 				case opMultipart:
 					err = cl.multipart(ctx, fmt.Sprintf("mpu/%s/%d", t.name, w), data, buf)
 				}

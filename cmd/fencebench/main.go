@@ -144,6 +144,8 @@ func workload(quick bool) []cell {
 			}
 		}
 	}
+	// The hot key: 32 clients PUT 64 KiB to one key.
+	cells = append(cells, cell{opPUTHot, 64 << 10, 32})
 	cells = append(cells, cell{opMultipart, partSize * partCount, 1})
 	if !quick {
 		cells = append(cells, cell{opMultipart, partSize * partCount, 2})
