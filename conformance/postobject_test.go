@@ -359,7 +359,7 @@ func TestPostObjectChecksum(t *testing.T) {
 // A form cut short inside its file part, or a file larger than the spool
 // (--spool-max), never publishes anything (W9).
 func TestPostObjectTruncatedAndOversized(t *testing.T) {
-	g := startGateway(t, gatewayOptions{BodyStall: 2 * time.Second, Configure: func(c *gateway.Config) { c.SpoolMax = 64 << 10 }})
+	g := startGateway(t, gatewayOptions{BodyStall: 2 * time.Second, Configure: func(c *gateway.Config) { c.SpoolMax, c.SpoolMemory = 64<<10, 8<<10 }})
 	bucket := "t-posttr-" + randomSuffix()
 	createBucket(t, g.Endpoint, bucket)
 	policy := func(key string) []formField {
@@ -373,24 +373,30 @@ func TestPostObjectTruncatedAndOversized(t *testing.T) {
 	}
 	assertNothingLanded(t, g, bucket, "big")
 
-	// Cut short: all but the end of the file and the closing boundary.
-	form, ctype := formBody(t, policy("cut"), "f", bytes.Repeat([]byte("c"), 32<<10))
-	conn, err := net.Dial("tcp", strings.TrimPrefix(g.URL, "http://"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	fmt.Fprintf(conn, "POST /%s HTTP/1.1\r\nHost: %s\r\nContent-Type: %s\r\nContent-Length: %d\r\n\r\n", bucket, strings.TrimPrefix(g.URL, "http://"), ctype, len(form))
-	conn.Write(form[:len(form)-200])
-	conn.(*net.TCPConn).CloseWrite()
-	conn.SetReadDeadline(time.Now().Add(10 * time.Second))
-	if r, err := http.ReadResponse(bufio.NewReader(conn), nil); err == nil {
-		b, _ := io.ReadAll(r.Body)
-		if r.StatusCode < 400 {
-			t.Fatalf("a cut-short form was answered %s %s", r.Status, b)
+	// Cut short: all but the end of the file and the closing boundary, for a
+	// file spooled in memory and one spooled to disk.
+	for _, c := range []struct {
+		key  string
+		size int
+	}{{"cut-memory", 4 << 10}, {"cut-disk", 32 << 10}} {
+		form, ctype := formBody(t, policy(c.key), "f", bytes.Repeat([]byte("c"), c.size))
+		conn, err := net.Dial("tcp", strings.TrimPrefix(g.URL, "http://"))
+		if err != nil {
+			t.Fatal(err)
 		}
+		fmt.Fprintf(conn, "POST /%s HTTP/1.1\r\nHost: %s\r\nContent-Type: %s\r\nContent-Length: %d\r\n\r\n", bucket, strings.TrimPrefix(g.URL, "http://"), ctype, len(form))
+		conn.Write(form[:len(form)-200])
+		conn.(*net.TCPConn).CloseWrite()
+		conn.SetReadDeadline(time.Now().Add(10 * time.Second))
+		if r, err := http.ReadResponse(bufio.NewReader(conn), nil); err == nil {
+			b, _ := io.ReadAll(r.Body)
+			if r.StatusCode < 400 {
+				t.Fatalf("%s: a cut-short form was answered %s %s", c.key, r.Status, b)
+			}
+		}
+		conn.Close()
+		assertNothingLanded(t, g, bucket, c.key)
 	}
-	assertNothingLanded(t, g, bucket, "cut")
 }
 
 // A form with a bad Content-Type is S3's PreconditionFailed.
