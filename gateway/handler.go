@@ -139,6 +139,8 @@ func (s *Server) dispatch(ctx *fasthttp.RequestCtx, r *request) *apiError {
 	switch r.op.Name {
 	case "PutObject":
 		return s.putObject(ctx, r)
+	case "PostObject":
+		return s.postObject(ctx, r)
 	case "CopyObject":
 		return s.copyObject(ctx, r)
 	case "CompleteMultipartUpload":

@@ -90,6 +90,9 @@ var opTable = func() map[opKey]Op {
 	deleteObjects := op("DeleteObjects", PermWrite, BodySmall)
 	deleteObjects.Publishes = true
 	add(U, LevelBucket, "delete", false, deleteObjects)
+	postObject := op("PostObject", PermWrite, BodyStreamed) // a browser form; authenticated by its policy (postobject.go)
+	postObject.Publishes = true
+	add(U, LevelBucket, "", false, postObject)
 	// Bucket configuration: reads need read, changes need admin.
 	for _, sub := range []struct{ q, name string }{
 		{"acl", "BucketAcl"}, {"cors", "BucketCors"}, {"policy", "BucketPolicy"},

@@ -55,7 +55,6 @@ func TestClassifyRefusesUnknown(t *testing.T) {
 		{"PATCH", "b", "k", nil},
 		{"PUT", "", "", nil},
 		{"DELETE", "", "", nil},
-		{"POST", "b", "", nil},
 		{"PUT", "b", "", []string{"uploads"}},
 		{"GET", "b", "k", []string{"delete"}},
 	} {
@@ -65,8 +64,16 @@ func TestClassifyRefusesUnknown(t *testing.T) {
 	}
 }
 
+// POST to a bucket with no subresource is POST Object (a browser form),
+// authenticated by its form in the handler; POST to a key with none is not.
+func TestClassifyPostObject(t *testing.T) {
+	if o := Classify("POST", "b", "", nil, false); o.Name != "PostObject" || o.Perm != PermWrite || !o.Publishes {
+		t.Fatalf("POST /b: %+v", o)
+	}
+}
+
 func TestPublishingOpsAreMarked(t *testing.T) {
-	publishes := map[string]bool{"PutObject": true, "CopyObject": true, "CompleteMultipartUpload": true, "DeleteObject": true, "DeleteObjects": true}
+	publishes := map[string]bool{"PutObject": true, "CopyObject": true, "CompleteMultipartUpload": true, "DeleteObject": true, "DeleteObjects": true, "PostObject": true}
 	for _, o := range opTable {
 		if o.Publishes != publishes[o.Name] {
 			t.Errorf("%s: Publishes=%v", o.Name, o.Publishes)

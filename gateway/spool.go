@@ -2,10 +2,12 @@ package gateway
 
 import (
 	"bytes"
+	"context"
 	"io"
 	"os"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/sync/semaphore"
@@ -179,3 +181,97 @@ func (s *spooled) release() {
 
 // SpooledBytes is the bytes of PutObject bodies held in the spool now.
 func (s *Server) SpooledBytes() int64 { return s.spool.held.Load() }
+
+// reserve takes limit bytes of the spool's budget for a body of unknown
+// length up to limit (a POST object's file, spooled whole: postobject.go),
+// waiting up to wait for space. false: the budget stayed spent.
+func (sp *spool) reserve(limit int64, wait time.Duration) bool {
+	if !sp.budget.TryAcquire(limit) {
+		ctx, cancel := context.WithTimeout(context.Background(), wait)
+		err := sp.budget.Acquire(ctx, limit)
+		cancel()
+		if err != nil {
+			sp.fellBack.Inc()
+			return false
+		}
+		sp.waits.Inc()
+	}
+	sp.held.Add(limit)
+	return true
+}
+
+// fillUpTo reads src to its end into the limit bytes reserve took: in memory
+// up to the spool's memory size, else in an unlinked temporary file. A body
+// longer than limit fails with errBodyLonger as soon as its limit+1st byte
+// arrives. On success the reserved space beyond the body's length goes back
+// at once; on error all of it does.
+func (sp *spool) fillUpTo(src io.Reader, limit int64) (*spooled, error) {
+	giveBack := func(n int64) {
+		sp.held.Add(-n)
+		sp.budget.Release(n)
+	}
+	buf := sp.buffers.Get().(*[]byte)
+	b := (*buf)[:cap(*buf)]
+	if int64(len(b)) > limit+1 {
+		b = b[:limit+1]
+	}
+	// Read until the buffer is full or the body ends: only io.EOF ends it (a
+	// source's io.ErrUnexpectedEOF is a body cut short).
+	n := 0
+	var err error
+	for n < len(b) && err == nil {
+		var k int
+		k, err = src.Read(b[n:])
+		n += k
+	}
+	if err == io.EOF {
+		if int64(n) > limit {
+			err = errBodyLonger
+		} else {
+			// The whole body fits in memory.
+			*buf = b[:n]
+			s := &spooled{sp: sp, buf: buf, n: int64(n)}
+			s.refs.Store(1)
+			giveBack(limit - int64(n))
+			sp.memory.Add(float64(n))
+			return s, nil
+		}
+	}
+	fail := func(err error) (*spooled, error) {
+		*buf = (*buf)[:0]
+		sp.buffers.Put(buf)
+		giveBack(limit)
+		return nil, err
+	}
+	if err != nil {
+		return fail(err)
+	}
+	if int64(n) > limit {
+		return fail(errBodyLonger)
+	}
+	f, err := os.CreateTemp(sp.dir, "fencegate-spool-*")
+	if err != nil {
+		return fail(err)
+	}
+	_ = os.Remove(f.Name())
+	total := int64(n)
+	if _, err = f.Write(b[:n]); err == nil {
+		var w int64
+		w, err = io.Copy(f, io.LimitReader(src, limit-total+1))
+		total += w
+		if err == nil && total > limit {
+			err = errBodyLonger
+		}
+	}
+	if err != nil {
+		f.Close()
+		return fail(err)
+	}
+	*buf = (*buf)[:0]
+	sp.buffers.Put(buf)
+	s := &spooled{sp: sp, file: f, n: total}
+	s.refs.Store(1)
+	giveBack(limit - total)
+	sp.disk.Add(float64(total))
+	return s, nil
+}
