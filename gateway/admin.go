@@ -80,7 +80,7 @@ func newMetrics() *metrics {
 		Name: "fencegate_spool_fallbacks_total", Help: "PutObject bodies small enough to spool that streamed instead, because --spool-budget was spent.",
 	})
 	m.spoolWaits = prometheus.NewCounter(prometheus.CounterOpts{
-		Name: "fencegate_spool_waits_total", Help: "Spooled PutObjects that found their key leased and waited for it with their body complete.",
+		Name: "fencegate_spool_waits_total", Help: "Spooled writes that waited: a PutObject whose body was complete and whose key was leased, or a POST object file waiting for spool space.",
 	})
 	reg.MustRegister(m.requests, m.latency, m.bytesIn, m.bytesOut, m.upstreamErrors, m.splicedBytes,
 		m.connsOpen, m.connsRefused, m.bodyBytes, m.bodyRefused, m.spoolMemory, m.spoolDisk, m.spoolFellBack, m.spoolWaits)
