@@ -38,6 +38,7 @@ func (noCatalog) UploadStarted(context.Context, string, string, string) error { 
 func (noCatalog) UploadCreated(context.Context, string, string) error         { return errNoCatalog }
 func (noCatalog) UploadFailed(context.Context, string) error                  { return errNoCatalog }
 func (noCatalog) UploadAborted(context.Context, string) error                 { return errNoCatalog }
+func (noCatalog) UploadUnknown(context.Context, string, string) error         { return errNoCatalog }
 func (noCatalog) UploadAttempt(context.Context, string) (lease.Upload, bool, error) {
 	return lease.Upload{}, false, errNoCatalog
 }
