@@ -10,6 +10,7 @@ import (
 
 	"github.com/valyala/fasthttp"
 
+	"github.com/fencegate/fencegate/gateway/store"
 	"github.com/fencegate/fencegate/sigv4"
 )
 
@@ -92,7 +93,7 @@ func (s *Server) admit(ctx *fasthttp.RequestCtx) (*request, *apiError) {
 	if !r.akey.allowed(perm, bucket) {
 		return r, errAccessDenied
 	}
-	if r.op.Level == LevelObject {
+	if r.op.Level == store.LevelObject {
 		if e := s.checkKey(key); e != nil {
 			return r, e
 		}

@@ -3,6 +3,8 @@ package gateway
 import (
 	"net/http"
 	"sort"
+
+	"github.com/fencegate/fencegate/gateway/store"
 )
 
 // Permission is what an access key needs on a bucket for an operation.
@@ -21,15 +23,6 @@ func (p Permission) String() string {
 	return [...]string{"authenticated", "read", "write", "admin"}[p]
 }
 
-// Level is where in the S3 namespace an operation addresses.
-type Level uint8
-
-const (
-	LevelService Level = iota
-	LevelBucket
-	LevelObject
-)
-
 // Body says how an operation's request body is handled.
 type Body uint8
 
@@ -45,7 +38,7 @@ const (
 type Op struct {
 	Name      string
 	Perm      Permission
-	Level     Level
+	Level     store.Level
 	Body      Body
 	Publishes bool
 	Tracked   bool
@@ -58,7 +51,7 @@ type Op struct {
 // operation ("" for none), and whether x-amz-copy-source is present.
 type opKey struct {
 	method string
-	level  Level
+	level  store.Level
 	sub    string
 	copy   bool
 }
@@ -71,25 +64,25 @@ var opTable = func() map[opKey]Op {
 		G, H, P, U, D = http.MethodGet, http.MethodHead, http.MethodPut, http.MethodPost, http.MethodDelete
 	)
 	t := map[opKey]Op{}
-	add := func(m string, l Level, sub string, copySrc bool, o Op) {
+	add := func(m string, l store.Level, sub string, copySrc bool, o Op) {
 		o.Level = l
 		t[opKey{m, l, sub, copySrc}] = o
 	}
 	// Service.
-	add(G, LevelService, "", false, op("ListBuckets", PermAuthenticated, BodyNone))
+	add(G, store.LevelService, "", false, op("ListBuckets", PermAuthenticated, BodyNone))
 
 	// Bucket.
-	add(P, LevelBucket, "", false, op("CreateBucket", PermAdmin, BodySmall))
-	add(D, LevelBucket, "", false, op("DeleteBucket", PermAdmin, BodyNone))
-	add(H, LevelBucket, "", false, op("HeadBucket", PermRead, BodyNone))
-	add(G, LevelBucket, "", false, op("ListObjects", PermRead, BodyNone))
-	add(G, LevelBucket, "list-type", false, op("ListObjectsV2", PermRead, BodyNone))
-	add(G, LevelBucket, "versions", false, op("ListObjectVersions", PermRead, BodyNone))
-	add(G, LevelBucket, "uploads", false, op("ListMultipartUploads", PermRead, BodyNone))
-	add(G, LevelBucket, "location", false, op("GetBucketLocation", PermRead, BodyNone))
+	add(P, store.LevelBucket, "", false, op("CreateBucket", PermAdmin, BodySmall))
+	add(D, store.LevelBucket, "", false, op("DeleteBucket", PermAdmin, BodyNone))
+	add(H, store.LevelBucket, "", false, op("HeadBucket", PermRead, BodyNone))
+	add(G, store.LevelBucket, "", false, op("ListObjects", PermRead, BodyNone))
+	add(G, store.LevelBucket, "list-type", false, op("ListObjectsV2", PermRead, BodyNone))
+	add(G, store.LevelBucket, "versions", false, op("ListObjectVersions", PermRead, BodyNone))
+	add(G, store.LevelBucket, "uploads", false, op("ListMultipartUploads", PermRead, BodyNone))
+	add(G, store.LevelBucket, "location", false, op("GetBucketLocation", PermRead, BodyNone))
 	deleteObjects := op("DeleteObjects", PermWrite, BodySmall)
 	deleteObjects.Publishes = true
-	add(U, LevelBucket, "delete", false, deleteObjects)
+	add(U, store.LevelBucket, "delete", false, deleteObjects)
 	// Bucket configuration: reads need read, changes need admin.
 	for _, sub := range []struct{ q, name string }{
 		{"acl", "BucketAcl"}, {"cors", "BucketCors"}, {"policy", "BucketPolicy"},
@@ -102,24 +95,24 @@ var opTable = func() map[opKey]Op {
 		{"analytics", "BucketAnalyticsConfiguration"}, {"metrics", "BucketMetricsConfiguration"},
 		{"inventory", "BucketInventoryConfiguration"}, {"intelligent-tiering", "BucketIntelligentTieringConfiguration"},
 	} {
-		add(G, LevelBucket, sub.q, false, op("Get"+sub.name, PermRead, BodyNone))
-		add(P, LevelBucket, sub.q, false, op("Put"+sub.name, PermAdmin, BodySmall))
-		add(D, LevelBucket, sub.q, false, op("Delete"+sub.name, PermAdmin, BodyNone))
+		add(G, store.LevelBucket, sub.q, false, op("Get"+sub.name, PermRead, BodyNone))
+		add(P, store.LevelBucket, sub.q, false, op("Put"+sub.name, PermAdmin, BodySmall))
+		add(D, store.LevelBucket, sub.q, false, op("Delete"+sub.name, PermAdmin, BodyNone))
 	}
-	add(G, LevelBucket, "policyStatus", false, op("GetBucketPolicyStatus", PermRead, BodyNone))
+	add(G, store.LevelBucket, "policyStatus", false, op("GetBucketPolicyStatus", PermRead, BodyNone))
 
 	// Object.
 	put := op("PutObject", PermWrite, BodyStreamed)
 	put.Publishes = true
-	add(P, LevelObject, "", false, put)
+	add(P, store.LevelObject, "", false, put)
 	cp := op("CopyObject", PermWrite, BodyNone)
 	cp.Publishes = true
-	add(P, LevelObject, "", true, cp)
-	add(G, LevelObject, "", false, op("GetObject", PermRead, BodyNone))
-	add(H, LevelObject, "", false, op("HeadObject", PermRead, BodyNone))
+	add(P, store.LevelObject, "", true, cp)
+	add(G, store.LevelObject, "", false, op("GetObject", PermRead, BodyNone))
+	add(H, store.LevelObject, "", false, op("HeadObject", PermRead, BodyNone))
 	del := op("DeleteObject", PermWrite, BodyNone)
 	del.Publishes = true
-	add(D, LevelObject, "", false, del)
+	add(D, store.LevelObject, "", false, del)
 	for _, sub := range []struct{ q, name string }{
 		{"tagging", "ObjectTagging"}, {"acl", "ObjectAcl"}, {"legal-hold", "ObjectLegalHold"}, {"retention", "ObjectRetention"},
 	} {
@@ -127,24 +120,24 @@ var opTable = func() map[opKey]Op {
 		if sub.q == "acl" {
 			perm = PermAdmin // an ACL can make an object public at the store
 		}
-		add(G, LevelObject, sub.q, false, op("Get"+sub.name, PermRead, BodyNone))
-		add(P, LevelObject, sub.q, false, op("Put"+sub.name, perm, BodySmall))
+		add(G, store.LevelObject, sub.q, false, op("Get"+sub.name, PermRead, BodyNone))
+		add(P, store.LevelObject, sub.q, false, op("Put"+sub.name, perm, BodySmall))
 	}
-	add(D, LevelObject, "tagging", false, op("DeleteObjectTagging", PermWrite, BodyNone))
-	add(G, LevelObject, "attributes", false, op("GetObjectAttributes", PermRead, BodyNone))
+	add(D, store.LevelObject, "tagging", false, op("DeleteObjectTagging", PermWrite, BodyNone))
+	add(G, store.LevelObject, "attributes", false, op("GetObjectAttributes", PermRead, BodyNone))
 	// Multipart.
 	create := op("CreateMultipartUpload", PermWrite, BodyNone)
 	create.Tracked = true
-	add(U, LevelObject, "uploads", false, create)
-	add(P, LevelObject, "uploadId", false, op("UploadPart", PermWrite, BodyStreamed))
-	add(P, LevelObject, "uploadId", true, op("UploadPartCopy", PermWrite, BodyNone))
+	add(U, store.LevelObject, "uploads", false, create)
+	add(P, store.LevelObject, "uploadId", false, op("UploadPart", PermWrite, BodyStreamed))
+	add(P, store.LevelObject, "uploadId", true, op("UploadPartCopy", PermWrite, BodyNone))
 	complete := op("CompleteMultipartUpload", PermWrite, BodySmall)
 	complete.Publishes, complete.Tracked = true, true
-	add(U, LevelObject, "uploadId", false, complete)
+	add(U, store.LevelObject, "uploadId", false, complete)
 	abort := op("AbortMultipartUpload", PermWrite, BodyNone)
 	abort.Tracked = true
-	add(D, LevelObject, "uploadId", false, abort)
-	add(G, LevelObject, "uploadId", false, op("ListParts", PermRead, BodyNone))
+	add(D, store.LevelObject, "uploadId", false, abort)
+	add(G, store.LevelObject, "uploadId", false, op("ListParts", PermRead, BodyNone))
 	return t
 }()
 
@@ -170,11 +163,11 @@ var knownUnsupported = map[string]bool{
 // Classify maps a request to its operation. hasQuery reports whether a query
 // parameter is present (with any value); copySource reports x-amz-copy-source.
 func Classify(method string, bucket, key string, queryKeys []string, copySource bool) Op {
-	level := LevelService
+	level := store.LevelService
 	if bucket != "" {
-		level = LevelBucket
+		level = store.LevelBucket
 		if key != "" {
-			level = LevelObject
+			level = store.LevelObject
 		}
 	}
 	present := make(map[string]bool, len(queryKeys))

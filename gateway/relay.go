@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"html"
 	"io"
+	"net"
 	"net/http"
 	"strconv"
 	"strings"
@@ -11,6 +12,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/valyala/fasthttp"
+
+	"github.com/fencegate/fencegate/gateway/store"
 )
 
 // responseNotRelayed are the store's headers that describe its hop, not the
@@ -20,7 +23,7 @@ var responseNotRelayed = map[string]bool{
 	"Transfer-Encoding": true, "Upgrade": true, "Content-Length": true, "Date": true, "Server": true,
 	"X-Amz-Request-Id": true,
 	// fencegate's attribution metadata stays between fencegate and the store.
-	"X-Amz-Meta-Fencegate-Attempt": true,
+	http.CanonicalHeaderKey(store.AttemptHeader): true,
 }
 
 // backendAuthCodes are the store's answers that mean fencegate's own backend
@@ -95,8 +98,14 @@ func (s *Server) relay(ctx *fasthttp.RequestCtx, r *request, resp *http.Response
 		ctx.SetBody(append(peeked, rest...))
 	default:
 		r.out = &countingBody{rc: resp.Body, cancel: r.cancelUpstream}
-		if spliceable(ctx, resp) {
-			r.out.spliced = s.metrics.splicedBytes
+		// A body on the store client's own connection reaches a plain-TCP
+		// client by splice(2), never copied through the gateway's memory:
+		// fasthttp hands the body stream a writer whose ReadFrom ends in
+		// net.TCPConn.ReadFrom. TLS clients get the buffered copy.
+		if b, ok := store.Spliceable(resp); ok {
+			if _, plain := ctx.Conn().(*net.TCPConn); plain {
+				r.out.splice, r.out.spliced = b, s.metrics.splicedBytes
+			}
 		}
 		ctx.SetBodyStream(r.out, int(resp.ContentLength))
 	}
@@ -110,7 +119,8 @@ type countingBody struct {
 	n       int64
 	cancel  func()
 	onClose func(n int64)
-	spliced prometheus.Counter // non-nil: rc is a storeBody to splice (splice.go)
+	splice  *store.Body        // non-nil: rc, spliced to the client (store/splice.go)
+	spliced prometheus.Counter // counts splice's spliced bytes
 }
 
 func (c *countingBody) Read(p []byte) (int, error) {
@@ -125,10 +135,11 @@ var relayBuffers = sync.Pool{New: func() any { b := make([]byte, 256<<10); retur
 
 // WriteTo is what fasthttp uses to copy a streamed body to the client.
 func (c *countingBody) WriteTo(w io.Writer) (int64, error) {
-	if rf, ok := w.(io.ReaderFrom); ok && c.spliced != nil {
-		n0 := c.n
-		err := c.rc.(*storeBody).spliceTo(w, rf, &c.n, c.spliced)
-		return c.n - n0, err
+	if rf, ok := w.(io.ReaderFrom); ok && c.splice != nil {
+		n, spliced, err := c.splice.SpliceTo(w, rf)
+		c.n += n
+		c.spliced.Add(float64(spliced))
+		return n, err
 	}
 	bp := relayBuffers.Get().(*[]byte)
 	defer relayBuffers.Put(bp)

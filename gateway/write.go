@@ -10,6 +10,7 @@ import (
 
 	"github.com/valyala/fasthttp"
 
+	"github.com/fencegate/fencegate/gateway/store"
 	"github.com/fencegate/fencegate/internal/failpoint"
 	"github.com/fencegate/fencegate/lease"
 )
@@ -117,7 +118,7 @@ func (s *Server) keyedWrite(ctx *fasthttp.RequestCtx, r *request, u *upstream, w
 	defer func() { l.Close(sent) }()
 	failpoint.Hit("after-lease")
 
-	fence, err := l.Settle(context.Background(), s.store)
+	fence, err := l.Settle(context.Background(), s.settler)
 	if err != nil {
 		l.Fail("settling the key failed before anything was sent: " + err.Error())
 		s.deps.Log.Warn("settle failed", "request_id", r.id, "key", w.key, "err", err)
@@ -183,7 +184,7 @@ func (s *Server) keyedWrite(ctx *fasthttp.RequestCtx, r *request, u *upstream, w
 		// Only a fresh HEAD tells which, and it brings the catalog up to what the
 		// store holds (a write around the gateway becomes an external generation).
 		keepAnswer(resp)
-		now, err := l.Resettle(context.Background(), s.store)
+		now, err := l.Resettle(context.Background(), s.settler)
 		if err != nil {
 			drain(resp)
 			s.deps.Log.Warn("settle after a refused fence failed", "request_id", r.id, "key", w.key, "err", err)
@@ -219,7 +220,7 @@ func (s *Server) keyedWrite(ctx *fasthttp.RequestCtx, r *request, u *upstream, w
 		// Removing a version changes the key only if it was current: settle
 		// again from what the store now holds.
 		keepAnswer(resp)
-		if _, err := l.Resettle(context.Background(), s.store); err != nil {
+		if _, err := l.Resettle(context.Background(), s.settler); err != nil {
 			s.deps.Log.Warn("settle after a versioned delete failed", "request_id", r.id, "key", w.key, "err", err)
 		}
 		l.Fail("a versioned delete publishes nothing itself; the key was settled after it")
@@ -302,11 +303,11 @@ func (s *Server) putObject(ctx *fasthttp.RequestCtx, r *request) *apiError {
 	return s.writeKey(ctx, r, u, keyWrite{
 		op: "put", declared: r.bytesIn, checksum: declaredChecksum(r.hdr), clientCond: hasClientCondition(r),
 		prepare: func(u *upstream, id string) *apiError {
-			u.req.Header.Set(attemptHeader, id)
+			u.req.Header.Set(store.AttemptHeader, id)
 			return nil
 		},
 		acknowledge: func(resp *http.Response) (lease.Landed, *apiError) {
-			return lease.Landed{ETag: trimETag(resp.Header.Get("ETag")), Size: r.bytesIn}, nil
+			return lease.Landed{ETag: store.TrimETag(resp.Header.Get("ETag")), Size: r.bytesIn}, nil
 		},
 	})
 }
@@ -315,8 +316,8 @@ func (s *Server) putObject(ctx *fasthttp.RequestCtx, r *request) *apiError {
 // catalog records it; "" when it sends none up front (a trailer, or none).
 func declaredChecksum(h *headerView) string {
 	for _, f := range h.fields {
-		if _, ok := checksumB64Len[f.name]; ok {
-			return checksumValue(f.name, f.value)
+		if _, ok := store.ChecksumHeaders[f.name]; ok {
+			return store.ChecksumValue(f.name, f.value)
 		}
 	}
 	return ""
