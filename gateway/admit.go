@@ -72,7 +72,7 @@ func (s *Server) admit(ctx *fasthttp.RequestCtx) (*request, *apiError) {
 	r.op = Classify(string(ctx.Method()), bucket, key, queryKeys, copySource != "")
 
 	sreq := sigv4Request(ctx)
-	sreq.ObjectChecksum = r.op.Name == "CompleteMultipartUpload"
+	sreq.ObjectChecksum = r.op.WholeObjectChecksum
 	auth, err := s.verifier.Verify(sreq)
 	if err != nil {
 		return r, asAPIError(err)

@@ -4,6 +4,8 @@ import (
 	"net/http"
 	"sort"
 
+	"github.com/valyala/fasthttp"
+
 	"github.com/fencegate/fencegate/gateway/store"
 )
 
@@ -32,20 +34,32 @@ const (
 	BodyStreamed             // object data: streamed, decoded and verified on the fly
 )
 
-// Op is one S3 operation: its name, the permission it needs, and how its body
-// is carried. Writes that publish or remove bytes at a key are marked Publishes;
-// multipart bookkeeping is marked Tracked (docs/DESIGN.md, what counts as a write).
+// Op is one S3 operation: its name, the permission it needs, how its body is
+// carried, the properties of it the gateway acts on, and its handler.
 type Op struct {
-	Name      string
-	Perm      Permission
-	Level     store.Level
-	Body      Body
+	Name  string
+	Perm  Permission
+	Level store.Level
+	Body  Body
+	// Publishes: a keyed write, which publishes or removes bytes at a key
+	// under its lease (docs/DESIGN.md, "What counts as a write").
 	Publishes bool
-	Tracked   bool
+	// WholeObjectChecksum: the request's x-amz-checksum-* is the checksum of
+	// the whole object it makes (CompleteMultipartUpload), not of its body.
+	WholeObjectChecksum bool
+	// ListsBuckets: the answer lists buckets; a key sees only those it has a
+	// grant on, and itself as their owner (relay.go).
+	ListsBuckets bool
 	// Unsupported operations are answered NotImplemented, never forwarded, so
 	// nothing falls through to a different operation at the store.
 	Unsupported bool
+	// run serves an admitted request of the operation: set on every row of
+	// the table, nil only for an unsupported operation.
+	run handler
 }
+
+// handler serves one admitted request.
+type handler func(*Server, *fasthttp.RequestCtx, *request) *apiError
 
 // opKey identifies a table row: method, level, the subresource that selects the
 // operation ("" for none), and whether x-amz-copy-source is present.
@@ -56,33 +70,39 @@ type opKey struct {
 	copy   bool
 }
 
-func op(name string, perm Permission, body Body) Op { return Op{Name: name, Perm: perm, Body: body} }
+// passThrough is an operation fencegate authenticates and forwards as it is.
+func passThrough(name string, perm Permission, body Body) Op {
+	return Op{Name: name, Perm: perm, Body: body, run: (*Server).forward}
+}
 
-// opTable is the one table mapping S3 requests to operations and permissions.
-var opTable = func() map[opKey]Op {
+// opTable is the one table mapping S3 requests to operations, permissions and
+// handlers, built once. (No handler may read the table while it is built: the
+// compiler refuses such an initialization cycle.)
+var opTable = buildOpTable()
+
+func buildOpTable() map[opKey]Op {
 	const (
 		G, H, P, U, D = http.MethodGet, http.MethodHead, http.MethodPut, http.MethodPost, http.MethodDelete
 	)
+	const service, bucket, object = store.LevelService, store.LevelBucket, store.LevelObject
 	t := map[opKey]Op{}
 	add := func(m string, l store.Level, sub string, copySrc bool, o Op) {
 		o.Level = l
 		t[opKey{m, l, sub, copySrc}] = o
 	}
 	// Service.
-	add(G, store.LevelService, "", false, op("ListBuckets", PermAuthenticated, BodyNone))
+	add(G, service, "", false, Op{Name: "ListBuckets", Perm: PermAuthenticated, ListsBuckets: true, run: (*Server).forward})
 
-	// Bucket.
-	add(P, store.LevelBucket, "", false, op("CreateBucket", PermAdmin, BodySmall))
-	add(D, store.LevelBucket, "", false, op("DeleteBucket", PermAdmin, BodyNone))
-	add(H, store.LevelBucket, "", false, op("HeadBucket", PermRead, BodyNone))
-	add(G, store.LevelBucket, "", false, op("ListObjects", PermRead, BodyNone))
-	add(G, store.LevelBucket, "list-type", false, op("ListObjectsV2", PermRead, BodyNone))
-	add(G, store.LevelBucket, "versions", false, op("ListObjectVersions", PermRead, BodyNone))
-	add(G, store.LevelBucket, "uploads", false, op("ListMultipartUploads", PermRead, BodyNone))
-	add(G, store.LevelBucket, "location", false, op("GetBucketLocation", PermRead, BodyNone))
-	deleteObjects := op("DeleteObjects", PermWrite, BodySmall)
-	deleteObjects.Publishes = true
-	add(U, store.LevelBucket, "delete", false, deleteObjects)
+	// Bucket. Creating and deleting one changes what the catalog knows.
+	add(P, bucket, "", false, Op{Name: "CreateBucket", Perm: PermAdmin, Body: BodySmall, run: (*Server).createBucket})
+	add(D, bucket, "", false, Op{Name: "DeleteBucket", Perm: PermAdmin, run: (*Server).deleteBucket})
+	add(H, bucket, "", false, passThrough("HeadBucket", PermRead, BodyNone))
+	add(G, bucket, "", false, passThrough("ListObjects", PermRead, BodyNone))
+	add(G, bucket, "list-type", false, passThrough("ListObjectsV2", PermRead, BodyNone))
+	add(G, bucket, "versions", false, passThrough("ListObjectVersions", PermRead, BodyNone))
+	add(G, bucket, "uploads", false, passThrough("ListMultipartUploads", PermRead, BodyNone))
+	add(G, bucket, "location", false, passThrough("GetBucketLocation", PermRead, BodyNone))
+	add(U, bucket, "delete", false, Op{Name: "DeleteObjects", Perm: PermWrite, Body: BodySmall, Publishes: true, run: (*Server).deleteObjects})
 	// Bucket configuration: reads need read, changes need admin.
 	for _, sub := range []struct{ q, name string }{
 		{"acl", "BucketAcl"}, {"cors", "BucketCors"}, {"policy", "BucketPolicy"},
@@ -95,24 +115,18 @@ var opTable = func() map[opKey]Op {
 		{"analytics", "BucketAnalyticsConfiguration"}, {"metrics", "BucketMetricsConfiguration"},
 		{"inventory", "BucketInventoryConfiguration"}, {"intelligent-tiering", "BucketIntelligentTieringConfiguration"},
 	} {
-		add(G, store.LevelBucket, sub.q, false, op("Get"+sub.name, PermRead, BodyNone))
-		add(P, store.LevelBucket, sub.q, false, op("Put"+sub.name, PermAdmin, BodySmall))
-		add(D, store.LevelBucket, sub.q, false, op("Delete"+sub.name, PermAdmin, BodyNone))
+		add(G, bucket, sub.q, false, passThrough("Get"+sub.name, PermRead, BodyNone))
+		add(P, bucket, sub.q, false, passThrough("Put"+sub.name, PermAdmin, BodySmall))
+		add(D, bucket, sub.q, false, passThrough("Delete"+sub.name, PermAdmin, BodyNone))
 	}
-	add(G, store.LevelBucket, "policyStatus", false, op("GetBucketPolicyStatus", PermRead, BodyNone))
+	add(G, bucket, "policyStatus", false, passThrough("GetBucketPolicyStatus", PermRead, BodyNone))
 
-	// Object.
-	put := op("PutObject", PermWrite, BodyStreamed)
-	put.Publishes = true
-	add(P, store.LevelObject, "", false, put)
-	cp := op("CopyObject", PermWrite, BodyNone)
-	cp.Publishes = true
-	add(P, store.LevelObject, "", true, cp)
-	add(G, store.LevelObject, "", false, op("GetObject", PermRead, BodyNone))
-	add(H, store.LevelObject, "", false, op("HeadObject", PermRead, BodyNone))
-	del := op("DeleteObject", PermWrite, BodyNone)
-	del.Publishes = true
-	add(D, store.LevelObject, "", false, del)
+	// Object. The keyed writes run the write protocol (write.go).
+	add(P, object, "", false, Op{Name: "PutObject", Perm: PermWrite, Body: BodyStreamed, Publishes: true, run: (*Server).putObject})
+	add(P, object, "", true, Op{Name: "CopyObject", Perm: PermWrite, Publishes: true, run: (*Server).copyObject})
+	add(G, object, "", false, passThrough("GetObject", PermRead, BodyNone))
+	add(H, object, "", false, passThrough("HeadObject", PermRead, BodyNone))
+	add(D, object, "", false, Op{Name: "DeleteObject", Perm: PermWrite, Publishes: true, run: (*Server).deleteObject})
 	for _, sub := range []struct{ q, name string }{
 		{"tagging", "ObjectTagging"}, {"acl", "ObjectAcl"}, {"legal-hold", "ObjectLegalHold"}, {"retention", "ObjectRetention"},
 	} {
@@ -120,26 +134,22 @@ var opTable = func() map[opKey]Op {
 		if sub.q == "acl" {
 			perm = PermAdmin // an ACL can make an object public at the store
 		}
-		add(G, store.LevelObject, sub.q, false, op("Get"+sub.name, PermRead, BodyNone))
-		add(P, store.LevelObject, sub.q, false, op("Put"+sub.name, perm, BodySmall))
+		add(G, object, sub.q, false, passThrough("Get"+sub.name, PermRead, BodyNone))
+		add(P, object, sub.q, false, passThrough("Put"+sub.name, perm, BodySmall))
 	}
-	add(D, store.LevelObject, "tagging", false, op("DeleteObjectTagging", PermWrite, BodyNone))
-	add(G, store.LevelObject, "attributes", false, op("GetObjectAttributes", PermRead, BodyNone))
-	// Multipart.
-	create := op("CreateMultipartUpload", PermWrite, BodyNone)
-	create.Tracked = true
-	add(U, store.LevelObject, "uploads", false, create)
-	add(P, store.LevelObject, "uploadId", false, op("UploadPart", PermWrite, BodyStreamed))
-	add(P, store.LevelObject, "uploadId", true, op("UploadPartCopy", PermWrite, BodyNone))
-	complete := op("CompleteMultipartUpload", PermWrite, BodySmall)
-	complete.Publishes, complete.Tracked = true, true
-	add(U, store.LevelObject, "uploadId", false, complete)
-	abort := op("AbortMultipartUpload", PermWrite, BodyNone)
-	abort.Tracked = true
-	add(D, store.LevelObject, "uploadId", false, abort)
-	add(G, store.LevelObject, "uploadId", false, op("ListParts", PermRead, BodyNone))
+	add(D, object, "tagging", false, passThrough("DeleteObjectTagging", PermWrite, BodyNone))
+	add(G, object, "attributes", false, passThrough("GetObjectAttributes", PermRead, BodyNone))
+	// Multipart: the upload is recorded from its Create on; only its Complete
+	// publishes (multipart.go).
+	add(U, object, "uploads", false, Op{Name: "CreateMultipartUpload", Perm: PermWrite, run: (*Server).createUpload})
+	add(P, object, "uploadId", false, passThrough("UploadPart", PermWrite, BodyStreamed))
+	add(P, object, "uploadId", true, passThrough("UploadPartCopy", PermWrite, BodyNone))
+	add(U, object, "uploadId", false, Op{Name: "CompleteMultipartUpload", Perm: PermWrite, Body: BodySmall, Publishes: true,
+		WholeObjectChecksum: true, run: (*Server).completeUpload})
+	add(D, object, "uploadId", false, Op{Name: "AbortMultipartUpload", Perm: PermWrite, run: (*Server).abortUpload})
+	add(G, object, "uploadId", false, passThrough("ListParts", PermRead, BodyNone))
 	return t
-}()
+}
 
 // subresources that select an operation, in the order they are tried, so a
 // request naming two (rare, e.g. ?uploadId&tagging) resolves deterministically.

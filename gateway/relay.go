@@ -47,18 +47,11 @@ func (s *Server) relay(ctx *fasthttp.RequestCtx, r *request, resp *http.Response
 			return errBackendAuth
 		}
 	}
-	if r.op.Name == "ListBuckets" && resp.StatusCode == http.StatusOK {
-		body, err := io.ReadAll(io.LimitReader(resp.Body, 16<<20))
-		resp.Body.Close()
-		if err != nil {
-			return errStoreUnreached
+	if r.op.ListsBuckets && resp.StatusCode == http.StatusOK {
+		var e *apiError
+		if peeked, e = visibleBuckets(resp, r.akey); e != nil {
+			return e
 		}
-		if !r.akey.seesAllBuckets() {
-			body = filterBuckets(body, r.akey)
-		}
-		peeked = ownedBy(body, r.akey.ID)
-		resp.Body = http.NoBody
-		resp.ContentLength = int64(len(peeked))
 	}
 
 	h := &ctx.Response.Header
@@ -189,46 +182,4 @@ func xmlElement(doc []byte, name string) string {
 		return ""
 	}
 	return html.UnescapeString(strings.TrimSpace(string(rest[:j])))
-}
-
-// ownedBy names the access key as the owner in a ListBuckets answer: the
-// store's own identity (fencegate's backend account) is not the client's
-// business.
-func ownedBy(doc []byte, keyID string) []byte {
-	i := bytes.Index(doc, []byte("<Owner>"))
-	if i < 0 {
-		return doc
-	}
-	j := bytes.Index(doc[i:], []byte("</Owner>"))
-	if j < 0 {
-		return doc
-	}
-	owner := appendXMLEscaped([]byte("<Owner><ID>"), keyID)
-	owner = append(owner, "</ID><DisplayName>"...)
-	owner = appendXMLEscaped(owner, keyID)
-	owner = append(owner, "</DisplayName></Owner>"...)
-	out := append(append(append([]byte(nil), doc[:i]...), owner...), doc[i+j+len("</Owner>"):]...)
-	return out
-}
-
-// filterBuckets drops from a ListBuckets answer the buckets key has no grant on.
-func filterBuckets(doc []byte, key *AccessKey) []byte {
-	var out []byte
-	rest := doc
-	for {
-		i := bytes.Index(rest, []byte("<Bucket>"))
-		if i < 0 {
-			return append(out, rest...)
-		}
-		j := bytes.Index(rest[i:], []byte("</Bucket>"))
-		if j < 0 {
-			return append(out, rest...)
-		}
-		end := i + j + len("</Bucket>")
-		out = append(out, rest[:i]...)
-		if key.seesBucket(xmlElement(rest[i:end], "Name")) {
-			out = append(out, rest[i:end]...)
-		}
-		rest = rest[end:]
-	}
 }

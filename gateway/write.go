@@ -339,23 +339,3 @@ func (s *Server) deleteObject(ctx *fasthttp.RequestCtx, r *request) *apiError {
 func deleted(*http.Response) (lease.Landed, *apiError) {
 	return lease.Landed{Deleted: true, Size: -1}, nil
 }
-
-// bucketChanged keeps the catalog's view of buckets: one created through
-// fencegate is complete (every key in it is known); a deleted one is forgotten.
-func (s *Server) bucketChanged(r *request, status int) {
-	if status/100 != 2 {
-		return
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), s.leases.Config().DBTimeout)
-	defer cancel()
-	var err error
-	switch r.op.Name {
-	case "CreateBucket":
-		err = s.deps.Tracker.BucketCreated(ctx, r.bucket)
-	case "DeleteBucket":
-		err = s.deps.Tracker.BucketDeleted(ctx, r.bucket)
-	}
-	if err != nil {
-		s.deps.Log.Warn("could not record a bucket change", "bucket", r.bucket, "err", err)
-	}
-}
