@@ -23,6 +23,7 @@ import (
 	"time"
 
 	"github.com/fencegate/fencegate/gateway"
+	"github.com/fencegate/fencegate/gateway/store"
 	"github.com/fencegate/fencegate/internal/stack"
 	"github.com/fencegate/fencegate/internal/testenv"
 	"github.com/fencegate/fencegate/internal/wiring"
@@ -99,12 +100,12 @@ func packageKeys(t *testing.T) *meta.Keys {
 func startGateway(t *testing.T, o gatewayOptions) *testGateway {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	store := testenv.Store(t)
+	st := testenv.Store(t)
 	if o.Store != nil {
-		store = *o.Store
+		st = *o.Store
 	}
 	counter := &atomic.Int64{}
-	storeURL := startCountingProxy(t, store.URL, counter)
+	storeURL := startCountingProxy(t, st.URL, counter)
 	keys := packageKeys(t)
 	all := []meta.Grant{{Bucket: "*", Permission: meta.PermAdmin}}
 	k, err := keys.Create(ctx, "conformance "+t.Name(), all)
@@ -118,7 +119,7 @@ func startGateway(t *testing.T, o gatewayOptions) *testGateway {
 	cfg := gateway.Config{
 		Listen: "127.0.0.1:0", AdminListen: "127.0.0.1:0", ShutdownGrace: grace,
 		Region: "us-east-1", Domains: o.Domains, BodyStallTimeout: o.BodyStall,
-		Backend: gateway.Backend{Endpoint: storeURL, AccessKey: store.AccessKey, SecretKey: store.SecretKey, Region: "us-east-1"},
+		Store: store.Config{Endpoint: storeURL, AccessKey: st.AccessKey, SecretKey: st.SecretKey, Region: "us-east-1"},
 	}
 	if o.Stream {
 		cfg.SpoolMax = -1
@@ -156,7 +157,7 @@ func startGateway(t *testing.T, o gatewayOptions) *testGateway {
 		t.Fatal(err)
 	}
 	if o.Reconcile > 0 {
-		rec := lease.NewReconciler(lease.ReconcilerConfig{Interval: o.Reconcile}, leases, srv.Store(), nil)
+		rec := lease.NewReconciler(lease.ReconcilerConfig{Interval: o.Reconcile}, leases, gateway.LeaseStore(srv.Store()), nil)
 		go rec.Run(ctx)
 	}
 	done := make(chan error, 1)
@@ -177,7 +178,7 @@ func startGateway(t *testing.T, o gatewayOptions) *testGateway {
 		Leases: leases, Server: srv,
 		Shutdown: cancel, Wait: wait,
 		Endpoint: stack.Endpoint{URL: scheme + "://" + srv.Addr(), AccessKey: k.ID, SecretKey: k.Secret, Region: "us-east-1"},
-		Admin:    "http://" + srv.AdminAddr(), Store: store, StoreRequests: counter, Keys: keys,
+		Admin:    "http://" + srv.AdminAddr(), Store: st, StoreRequests: counter, Keys: keys,
 	}
 }
 

@@ -10,6 +10,7 @@ import (
 
 	"github.com/valyala/fasthttp"
 
+	"github.com/fencegate/fencegate/gateway/store"
 	"github.com/fencegate/fencegate/sigv4"
 )
 
@@ -69,13 +70,13 @@ func (s *Server) admit(ctx *fasthttp.RequestCtx) (*request, *apiError) {
 	}
 	copySource := hdr.get("x-amz-copy-source")
 	r.op = Classify(string(ctx.Method()), bucket, key, queryKeys, copySource != "")
-	if r.op.Name == "PostObject" {
+	if r.op.FormAuthenticated {
 		// A browser form: authenticated and authorized by its signed policy, in the handler (postobject.go).
 		return r, nil
 	}
 
 	sreq := sigv4Request(ctx)
-	sreq.ObjectChecksum = r.op.Name == "CompleteMultipartUpload"
+	sreq.ObjectChecksum = r.op.WholeObjectChecksum
 	auth, err := s.verifier.Verify(sreq)
 	if err != nil {
 		return r, asAPIError(err)
@@ -96,7 +97,7 @@ func (s *Server) admit(ctx *fasthttp.RequestCtx) (*request, *apiError) {
 	if !r.akey.allowed(perm, bucket) {
 		return r, errAccessDenied
 	}
-	if r.op.Level == LevelObject {
+	if r.op.Level == store.LevelObject {
 		if e := s.checkKey(key); e != nil {
 			return r, e
 		}

@@ -7,8 +7,9 @@ import (
 	"hash/crc32"
 	"io"
 	"strconv"
-	"strings"
 	"sync/atomic"
+
+	"github.com/fencegate/fencegate/gateway/store"
 )
 
 // The store verifies what fencegate forwards itself (docs/DESIGN.md, W9): object data
@@ -16,18 +17,6 @@ import (
 // any byte (a client gone, a gateway killed) is an incomplete encoding the store
 // refuses, never a shorter object it could publish.
 const upstreamChunkSize = 1 << 20
-
-// checksumB64Len is the base64 length of each trailing checksum's value.
-var checksumB64Len = map[string]int{
-	"x-amz-checksum-crc32": 8, "x-amz-checksum-crc32c": 8, "x-amz-checksum-crc64nvme": 12,
-	"x-amz-checksum-sha1": 28, "x-amz-checksum-sha256": 44,
-}
-
-// checksumValue writes a checksum header's value as the catalog records it:
-// "crc32:<base64>" for x-amz-checksum-crc32.
-func checksumValue(header, value string) string {
-	return strings.TrimPrefix(header, "x-amz-checksum-") + ":" + value
-}
 
 // trailerSource yields the trailing checksum once the payload has been read.
 type trailerSource func() (value string, err error)
@@ -73,7 +62,7 @@ func encodedLength(n int64, name string) int64 {
 		total += int64(len(strconv.FormatInt(c, 16))) + 2 + c + 2
 		left -= c
 	}
-	return total + 3 + int64(len(name)+1+checksumB64Len[name]+2) + 2
+	return total + 3 + int64(len(name)+1+store.ChecksumHeaders[name]+2) + 2
 }
 
 var errBodyLonger = errors.New("request body longer than declared")
@@ -139,11 +128,11 @@ func (e *chunkEncoder) Read(p []byte) (int, error) {
 		if err != nil {
 			return 0, err
 		}
-		if len(v) != checksumB64Len[e.name] {
+		if len(v) != store.ChecksumHeaders[e.name] {
 			return 0, errors.New("trailing checksum " + e.name + " has the wrong length")
 		}
 		e.pending = []byte("0\r\n" + e.name + ":" + v + "\r\n\r\n")
-		e.checksum = checksumValue(e.name, v)
+		e.checksum = store.ChecksumValue(e.name, v)
 		e.done = true
 	}
 }

@@ -6,10 +6,10 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
-	"time"
 
 	"github.com/valyala/fasthttp"
 
+	"github.com/fencegate/fencegate/gateway/store"
 	"github.com/fencegate/fencegate/lease"
 )
 
@@ -34,14 +34,13 @@ func (s *Server) copyObject(ctx *fasthttp.RequestCtx, r *request) *apiError {
 			versionID = v.Get("versionId")
 		}
 	}
-	hctx, cancel := context.WithTimeout(context.Background(), copySourceHeadTimeout)
-	var info objectInfo
-	err := s.store.head(hctx, srcBucket, srcKey, versionID, &info)
+	hctx, cancel := context.WithTimeout(context.Background(), store.HeadTimeout)
+	info, err := s.store.HeadVersion(hctx, srcBucket, srcKey, versionID)
 	cancel()
 	if err != nil {
 		// Never a copy without its source read: it would be unleased and
 		// unattributed. Nothing was sent.
-		var se *storeStatusError
+		var se *store.StatusError
 		if errors.As(err, &se) && se.Status == http.StatusBadRequest {
 			return newAPIError("InvalidArgument", http.StatusBadRequest, "Invalid copy source (version id).")
 		}
@@ -83,7 +82,7 @@ func (s *Server) copyObject(ctx *fasthttp.RequestCtx, r *request) *apiError {
 				}
 				for k, vs := range info.Header {
 					lk := strings.ToLower(k)
-					if strings.HasPrefix(lk, "x-amz-meta-") && lk != attemptHeader {
+					if strings.HasPrefix(lk, "x-amz-meta-") && lk != store.AttemptHeader {
 						h[lk] = vs // S3's metadata names are lower case
 					}
 				}
@@ -99,7 +98,7 @@ func (s *Server) copyObject(ctx *fasthttp.RequestCtx, r *request) *apiError {
 				// one recorded, and what COPY restated is that version's.
 				h.Set("X-Amz-Copy-Source-If-Match", `"`+info.ETag+`"`)
 			}
-			h.Set(attemptHeader, id)
+			h.Set(store.AttemptHeader, id)
 			return nil
 		},
 		acknowledge: func(resp *http.Response) (lease.Landed, *apiError) {
@@ -107,14 +106,10 @@ func (s *Server) copyObject(ctx *fasthttp.RequestCtx, r *request) *apiError {
 			if e != nil {
 				return lease.Landed{}, e
 			}
-			return lease.Landed{ETag: trimETag(xmlElement(body, "ETag")), Size: declared}, nil
+			return lease.Landed{ETag: store.TrimETag(xmlElement(body, "ETag")), Size: declared}, nil
 		},
 	})
 }
-
-// copySourceHeadTimeout bounds the read of a copy's source (a store call, not
-// a database one).
-const copySourceHeadTimeout = 30 * time.Second
 
 var errNoSuchKey = newAPIError("NoSuchKey", http.StatusNotFound, "The specified key does not exist.")
 
@@ -125,7 +120,7 @@ var errPreconditionFailed = newAPIError("PreconditionFailed", http.StatusPrecond
 // the source that was read, as S3 does. They are answered here because the
 // store's 412 for the copy would be indistinguishable from a refusal of
 // fencegate's own fence on the destination.
-func copySourceConditions(h *headerView, src objectInfo) *apiError {
+func copySourceConditions(h *headerView, src store.Object) *apiError {
 	etag := src.ETag
 	lastMod, lmErr := http.ParseTime(src.Header.Get("Last-Modified"))
 	ifMatch, ifNone := h.get("x-amz-copy-source-if-match"), h.get("x-amz-copy-source-if-none-match")
@@ -156,7 +151,7 @@ func copySourceConditions(h *headerView, src objectInfo) *apiError {
 func etagListMatches(list, etag string) bool {
 	for _, v := range strings.Split(list, ",") {
 		v = strings.TrimSpace(v)
-		if v == "*" || trimETag(v) == etag {
+		if v == "*" || store.TrimETag(v) == etag {
 			return true
 		}
 	}

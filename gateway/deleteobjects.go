@@ -9,6 +9,9 @@ import (
 
 	"github.com/valyala/fasthttp"
 	"golang.org/x/sync/errgroup"
+
+	"github.com/fencegate/fencegate/gateway/store"
+	"github.com/fencegate/fencegate/sigv4"
 )
 
 type deleteRequest struct {
@@ -129,11 +132,11 @@ func (s *Server) deleteOne(r *request, key, version string, wait bool) deleteOut
 	}
 	uctx, cancel := context.WithCancel(r.batch)
 	defer cancel()
-	req, err := s.backend.newRequest(uctx, http.MethodDelete, LevelObject, r.bucket, key, q)
+	req, err := s.store.NewRequest(uctx, http.MethodDelete, store.LevelObject, r.bucket, key, q)
 	if err != nil {
 		return fail(errInternal)
 	}
-	u := &upstream{req: req, payloadHash: emptySHA256, cancel: cancel}
+	u := &upstream{req: req, payloadHash: sigv4.EmptySHA256, cancel: cancel}
 	o := s.keyedWrite(nil, r, u, keyWrite{op: "delete", key: key, declared: -1, noWait: !wait, version: version != "",
 		acknowledge: deleted})
 	switch {

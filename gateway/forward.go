@@ -14,20 +14,16 @@ import (
 
 	"github.com/valyala/fasthttp"
 
+	"github.com/fencegate/fencegate/gateway/store"
 	"github.com/fencegate/fencegate/sigv4"
 )
 
 const (
 	unsignedTrailer = "STREAMING-UNSIGNED-PAYLOAD-TRAILER"
-	emptySHA256     = "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
 	// maxSmallBody bounds XML documents (DeleteObjects of 1,000 long keys is
 	// about 1.1 MB).
 	maxSmallBody = 8 << 20
 )
-
-// attemptHeader carries fencegate's attempt id on every object it writes, so
-// the bytes at a key can be attributed (W1). Clients never see it, and cannot set it.
-const attemptHeader = "x-amz-meta-fencegate-attempt"
 
 // presignParams are the query parameters of a presigned URL's own signature.
 var presignParams = map[string]bool{
@@ -178,12 +174,12 @@ func (s *Server) buildUpstream(ctx *fasthttp.RequestCtx, r *request) (*upstream,
 	r.cancelUpstream = cancel
 	s.inflight.setCancel(r.inflightID, cancel)
 	query := forwardQuery(ctx.Request.URI().QueryString())
-	req, err := s.backend.newRequest(uctx, string(ctx.Method()), r.op.Level, r.bucket, r.key, query)
+	req, err := s.store.NewRequest(uctx, string(ctx.Method()), r.op.Level, r.bucket, r.key, query)
 	if err != nil {
 		cancel()
 		return nil, errInternal
 	}
-	u := &upstream{req: req, payloadHash: emptySHA256, cancel: cancel}
+	u := &upstream{req: req, payloadHash: sigv4.EmptySHA256, cancel: cancel}
 	if r.op.Body == BodyStreamed {
 		if e := s.streamedBody(ctx, r, u); e != nil {
 			cancel()
@@ -204,7 +200,7 @@ func (s *Server) buildUpstream(ctx *fasthttp.RequestCtx, r *request) (*upstream,
 
 func (u *upstream) setBody(body []byte) {
 	if len(body) == 0 {
-		u.req.Body, u.req.ContentLength, u.payloadHash = nil, 0, emptySHA256
+		u.req.Body, u.req.ContentLength, u.payloadHash = nil, 0, sigv4.EmptySHA256
 		return
 	}
 	sum := sha256.Sum256(body)
@@ -218,7 +214,7 @@ func (u *upstream) setBody(body []byte) {
 // stalled or ended early aborted the upstream request before its end: that
 // error is the client's answer.
 func (s *Server) roundTrip(ctx *fasthttp.RequestCtx, r *request, u *upstream) (*http.Response, *apiError) {
-	resp, err := s.backend.send(u.req, u.payloadHash)
+	resp, err := s.store.Send(u.req, u.payloadHash)
 	if u.guard != nil {
 		if complete := u.guard.stop(); !complete {
 			ctx.SetConnectionClose()
@@ -304,7 +300,7 @@ func (s *Server) streamedBody(ctx *fasthttp.RequestCtx, r *request, u *upstream)
 	var trailerName string
 	var trailerValue trailerSource
 	for _, f := range r.hdr.fields {
-		if _, ok := checksumB64Len[f.name]; ok {
+		if _, ok := store.ChecksumHeaders[f.name]; ok {
 			trailerName = f.name
 			val := f.value
 			trailerValue = func() (string, error) { return val, nil }
@@ -313,7 +309,7 @@ func (s *Server) streamedBody(ctx *fasthttp.RequestCtx, r *request, u *upstream)
 	}
 	if trailerName == "" {
 		if t := strings.ToLower(strings.TrimSpace(r.hdr.get("x-amz-trailer"))); t != "" {
-			if _, ok := checksumB64Len[t]; ok {
+			if _, ok := store.ChecksumHeaders[t]; ok {
 				trailerName = t
 				trailerValue = func() (string, error) {
 					for _, f := range br.Trailers() {
@@ -330,12 +326,12 @@ func (s *Server) streamedBody(ctx *fasthttp.RequestCtx, r *request, u *upstream)
 		trailerName = "x-amz-checksum-crc32"
 	}
 	copyRequestHeaders(up.Header, r.hdr, func(lower string) bool {
-		_, isChecksum := checksumB64Len[lower]
+		_, isChecksum := store.ChecksumHeaders[lower]
 		return isChecksum
 	})
 	guard := newBodyGuard(br, ctx.Conn(), s.cfg.BodyStallTimeout)
 	u.trailerName, u.trailerValue = trailerName, trailerValue
-	if r.op.Name == "PutObject" && s.spool.take(n) {
+	if r.op.Spooled && s.spool.take(n) {
 		body, err := s.spool.fill(guard, n)
 		if complete := guard.stop(); !complete {
 			ctx.SetConnectionClose()

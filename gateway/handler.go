@@ -45,7 +45,9 @@ func (s *Server) handle(ctx *fasthttp.RequestCtx) {
 			s.finish(ctx, r, nil)
 		}
 	}()
-	if e := s.dispatch(ctx, r); e != nil {
+	// The operation's own handler (ops.go): the write protocol for a keyed
+	// write, multipart or bucket bookkeeping, or a plain pass-through.
+	if e := r.op.run(s, ctx, r); e != nil {
 		writeError(ctx, r.id, e)
 		s.finish(ctx, r, e)
 		return
@@ -131,32 +133,4 @@ func statusLabel(status int) string {
 		return "invalid"
 	}
 	return strconv.Itoa(status)
-}
-
-// dispatch runs the write protocol for the operations it covers and passes
-// everything else through.
-func (s *Server) dispatch(ctx *fasthttp.RequestCtx, r *request) *apiError {
-	switch r.op.Name {
-	case "PutObject":
-		return s.putObject(ctx, r)
-	case "PostObject":
-		return s.postObject(ctx, r)
-	case "CopyObject":
-		return s.copyObject(ctx, r)
-	case "CompleteMultipartUpload":
-		return s.completeUpload(ctx, r)
-	case "DeleteObject":
-		return s.deleteObject(ctx, r)
-	case "DeleteObjects":
-		return s.deleteObjects(ctx, r)
-	case "CreateMultipartUpload":
-		return s.createUpload(ctx, r)
-	case "AbortMultipartUpload":
-		return s.abortUpload(ctx, r)
-	}
-	e := s.forward(ctx, r)
-	if e == nil && (r.op.Name == "CreateBucket" || r.op.Name == "DeleteBucket") {
-		s.bucketChanged(r, ctx.Response.StatusCode())
-	}
-	return e
 }

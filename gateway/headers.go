@@ -5,6 +5,8 @@ import (
 	"strings"
 
 	"github.com/valyala/fasthttp"
+
+	"github.com/fencegate/fencegate/gateway/store"
 )
 
 // headerView is the one reading of a request's headers that every step uses:
@@ -99,7 +101,7 @@ var standardForwarded = map[string]bool{
 // that were not signed.
 func forwardedHeader(lower string) bool {
 	if strings.HasPrefix(lower, "x-amz-") {
-		return !readByGateway[lower] && lower != attemptHeader
+		return !readByGateway[lower] && lower != store.AttemptHeader
 	}
 	return standardForwarded[lower]
 }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/valyala/fasthttp"
 
+	"github.com/fencegate/fencegate/gateway/store"
 	"github.com/fencegate/fencegate/lease"
 )
 
@@ -78,7 +79,7 @@ func (s *Server) createUpload(ctx *fasthttp.RequestCtx, r *request) *apiError {
 		return e
 	}
 	defer u.finish(r)
-	u.req.Header.Set(attemptHeader, id)
+	u.req.Header.Set(store.AttemptHeader, id)
 	resp, e := s.roundTrip(ctx, r, u)
 	if e != nil {
 		s.uploadUnknown(id, "no answer from the store: "+e.Code)
@@ -160,9 +161,9 @@ func (s *Server) completeUpload(ctx *fasthttp.RequestCtx, r *request) *apiError 
 			if e != nil {
 				return lease.Landed{}, e
 			}
-			ent := lease.Landed{ETag: trimETag(xmlElement(body, "ETag")), Size: -1}
+			ent := lease.Landed{ETag: store.TrimETag(xmlElement(body, "ETag")), Size: -1}
 			// The answer has no size: ask the store (outside any transaction).
-			hctx, cancel := context.WithTimeout(context.Background(), s.leases.Config().DBTimeout)
+			hctx, cancel := context.WithTimeout(context.Background(), store.HeadTimeout)
 			defer cancel()
 			if obj, err := s.store.Head(hctx, r.bucket, r.key); err == nil && obj.Exists && obj.ETag == ent.ETag {
 				ent.Size = obj.Size

@@ -3,6 +3,10 @@ package gateway
 import (
 	"net/http"
 	"sort"
+
+	"github.com/valyala/fasthttp"
+
+	"github.com/fencegate/fencegate/gateway/store"
 )
 
 // Permission is what an access key needs on a bucket for an operation.
@@ -21,15 +25,6 @@ func (p Permission) String() string {
 	return [...]string{"authenticated", "read", "write", "admin"}[p]
 }
 
-// Level is where in the S3 namespace an operation addresses.
-type Level uint8
-
-const (
-	LevelService Level = iota
-	LevelBucket
-	LevelObject
-)
-
 // Body says how an operation's request body is handled.
 type Body uint8
 
@@ -39,60 +34,84 @@ const (
 	BodyStreamed             // object data: streamed, decoded and verified on the fly
 )
 
-// Op is one S3 operation: its name, the permission it needs, and how its body
-// is carried. Writes that publish or remove bytes at a key are marked Publishes;
-// multipart bookkeeping is marked Tracked (docs/DESIGN.md, what counts as a write).
+// Op is one S3 operation: its name, the permission it needs, how its body is
+// carried, the properties of it the gateway acts on, and its handler.
 type Op struct {
-	Name      string
-	Perm      Permission
-	Level     Level
-	Body      Body
+	Name  string
+	Perm  Permission
+	Level store.Level
+	Body  Body
+	// Publishes: a keyed write, which publishes or removes bytes at a key
+	// under its lease (docs/DESIGN.md, "What counts as a write").
 	Publishes bool
-	Tracked   bool
+	// WholeObjectChecksum: the request's x-amz-checksum-* is the checksum of
+	// the whole object it makes (CompleteMultipartUpload), not of its body.
+	WholeObjectChecksum bool
+	// ListsBuckets: the answer lists buckets; a key sees only those it has a
+	// grant on, and itself as their owner (relay.go).
+	ListsBuckets bool
+	// Spooled: the body may be received whole before the key's lease is
+	// taken (spool.go), when it is small enough.
+	Spooled bool
+	// FormAuthenticated: the request carries no header signature; its handler
+	// authenticates and authorizes it from its form's signed policy (POST
+	// object), so admission leaves both to it.
+	FormAuthenticated bool
 	// Unsupported operations are answered NotImplemented, never forwarded, so
 	// nothing falls through to a different operation at the store.
 	Unsupported bool
+	// run serves an admitted request of the operation: set on every row of
+	// the table, nil only for an unsupported operation.
+	run handler
 }
+
+// handler serves one admitted request.
+type handler func(*Server, *fasthttp.RequestCtx, *request) *apiError
 
 // opKey identifies a table row: method, level, the subresource that selects the
 // operation ("" for none), and whether x-amz-copy-source is present.
 type opKey struct {
 	method string
-	level  Level
+	level  store.Level
 	sub    string
 	copy   bool
 }
 
-func op(name string, perm Permission, body Body) Op { return Op{Name: name, Perm: perm, Body: body} }
+// passThrough is an operation fencegate authenticates and forwards as it is.
+func passThrough(name string, perm Permission, body Body) Op {
+	return Op{Name: name, Perm: perm, Body: body, run: (*Server).forward}
+}
 
-// opTable is the one table mapping S3 requests to operations and permissions.
-var opTable = func() map[opKey]Op {
+// opTable is the one table mapping S3 requests to operations, permissions and
+// handlers, built once. (No handler may read the table while it is built: the
+// compiler refuses such an initialization cycle.)
+var opTable = buildOpTable()
+
+func buildOpTable() map[opKey]Op {
 	const (
 		G, H, P, U, D = http.MethodGet, http.MethodHead, http.MethodPut, http.MethodPost, http.MethodDelete
 	)
+	const service, bucket, object = store.LevelService, store.LevelBucket, store.LevelObject
 	t := map[opKey]Op{}
-	add := func(m string, l Level, sub string, copySrc bool, o Op) {
+	add := func(m string, l store.Level, sub string, copySrc bool, o Op) {
 		o.Level = l
 		t[opKey{m, l, sub, copySrc}] = o
 	}
 	// Service.
-	add(G, LevelService, "", false, op("ListBuckets", PermAuthenticated, BodyNone))
+	add(G, service, "", false, Op{Name: "ListBuckets", Perm: PermAuthenticated, ListsBuckets: true, run: (*Server).forward})
 
-	// Bucket.
-	add(P, LevelBucket, "", false, op("CreateBucket", PermAdmin, BodySmall))
-	add(D, LevelBucket, "", false, op("DeleteBucket", PermAdmin, BodyNone))
-	add(H, LevelBucket, "", false, op("HeadBucket", PermRead, BodyNone))
-	add(G, LevelBucket, "", false, op("ListObjects", PermRead, BodyNone))
-	add(G, LevelBucket, "list-type", false, op("ListObjectsV2", PermRead, BodyNone))
-	add(G, LevelBucket, "versions", false, op("ListObjectVersions", PermRead, BodyNone))
-	add(G, LevelBucket, "uploads", false, op("ListMultipartUploads", PermRead, BodyNone))
-	add(G, LevelBucket, "location", false, op("GetBucketLocation", PermRead, BodyNone))
-	deleteObjects := op("DeleteObjects", PermWrite, BodySmall)
-	deleteObjects.Publishes = true
-	add(U, LevelBucket, "delete", false, deleteObjects)
-	postObject := op("PostObject", PermWrite, BodyStreamed) // a browser form; authenticated by its policy (postobject.go)
-	postObject.Publishes = true
-	add(U, LevelBucket, "", false, postObject)
+	// Bucket. Creating and deleting one changes what the catalog knows.
+	add(P, bucket, "", false, Op{Name: "CreateBucket", Perm: PermAdmin, Body: BodySmall, run: (*Server).createBucket})
+	add(D, bucket, "", false, Op{Name: "DeleteBucket", Perm: PermAdmin, run: (*Server).deleteBucket})
+	add(H, bucket, "", false, passThrough("HeadBucket", PermRead, BodyNone))
+	add(G, bucket, "", false, passThrough("ListObjects", PermRead, BodyNone))
+	add(G, bucket, "list-type", false, passThrough("ListObjectsV2", PermRead, BodyNone))
+	add(G, bucket, "versions", false, passThrough("ListObjectVersions", PermRead, BodyNone))
+	add(G, bucket, "uploads", false, passThrough("ListMultipartUploads", PermRead, BodyNone))
+	add(G, bucket, "location", false, passThrough("GetBucketLocation", PermRead, BodyNone))
+	add(U, bucket, "delete", false, Op{Name: "DeleteObjects", Perm: PermWrite, Body: BodySmall, Publishes: true, run: (*Server).deleteObjects})
+	// A browser form; authenticated by its policy (postobject.go).
+	add(U, bucket, "", false, Op{Name: "PostObject", Perm: PermWrite, Body: BodyStreamed, Publishes: true, FormAuthenticated: true, run: (*Server).postObject})
 	// Bucket configuration: reads need read, changes need admin.
 	for _, sub := range []struct{ q, name string }{
 		{"acl", "BucketAcl"}, {"cors", "BucketCors"}, {"policy", "BucketPolicy"},
@@ -105,24 +124,18 @@ var opTable = func() map[opKey]Op {
 		{"analytics", "BucketAnalyticsConfiguration"}, {"metrics", "BucketMetricsConfiguration"},
 		{"inventory", "BucketInventoryConfiguration"}, {"intelligent-tiering", "BucketIntelligentTieringConfiguration"},
 	} {
-		add(G, LevelBucket, sub.q, false, op("Get"+sub.name, PermRead, BodyNone))
-		add(P, LevelBucket, sub.q, false, op("Put"+sub.name, PermAdmin, BodySmall))
-		add(D, LevelBucket, sub.q, false, op("Delete"+sub.name, PermAdmin, BodyNone))
+		add(G, bucket, sub.q, false, passThrough("Get"+sub.name, PermRead, BodyNone))
+		add(P, bucket, sub.q, false, passThrough("Put"+sub.name, PermAdmin, BodySmall))
+		add(D, bucket, sub.q, false, passThrough("Delete"+sub.name, PermAdmin, BodyNone))
 	}
-	add(G, LevelBucket, "policyStatus", false, op("GetBucketPolicyStatus", PermRead, BodyNone))
+	add(G, bucket, "policyStatus", false, passThrough("GetBucketPolicyStatus", PermRead, BodyNone))
 
-	// Object.
-	put := op("PutObject", PermWrite, BodyStreamed)
-	put.Publishes = true
-	add(P, LevelObject, "", false, put)
-	cp := op("CopyObject", PermWrite, BodyNone)
-	cp.Publishes = true
-	add(P, LevelObject, "", true, cp)
-	add(G, LevelObject, "", false, op("GetObject", PermRead, BodyNone))
-	add(H, LevelObject, "", false, op("HeadObject", PermRead, BodyNone))
-	del := op("DeleteObject", PermWrite, BodyNone)
-	del.Publishes = true
-	add(D, LevelObject, "", false, del)
+	// Object. The keyed writes run the write protocol (write.go).
+	add(P, object, "", false, Op{Name: "PutObject", Perm: PermWrite, Body: BodyStreamed, Publishes: true, Spooled: true, run: (*Server).putObject})
+	add(P, object, "", true, Op{Name: "CopyObject", Perm: PermWrite, Publishes: true, run: (*Server).copyObject})
+	add(G, object, "", false, passThrough("GetObject", PermRead, BodyNone))
+	add(H, object, "", false, passThrough("HeadObject", PermRead, BodyNone))
+	add(D, object, "", false, Op{Name: "DeleteObject", Perm: PermWrite, Publishes: true, run: (*Server).deleteObject})
 	for _, sub := range []struct{ q, name string }{
 		{"tagging", "ObjectTagging"}, {"acl", "ObjectAcl"}, {"legal-hold", "ObjectLegalHold"}, {"retention", "ObjectRetention"},
 	} {
@@ -130,26 +143,22 @@ var opTable = func() map[opKey]Op {
 		if sub.q == "acl" {
 			perm = PermAdmin // an ACL can make an object public at the store
 		}
-		add(G, LevelObject, sub.q, false, op("Get"+sub.name, PermRead, BodyNone))
-		add(P, LevelObject, sub.q, false, op("Put"+sub.name, perm, BodySmall))
+		add(G, object, sub.q, false, passThrough("Get"+sub.name, PermRead, BodyNone))
+		add(P, object, sub.q, false, passThrough("Put"+sub.name, perm, BodySmall))
 	}
-	add(D, LevelObject, "tagging", false, op("DeleteObjectTagging", PermWrite, BodyNone))
-	add(G, LevelObject, "attributes", false, op("GetObjectAttributes", PermRead, BodyNone))
-	// Multipart.
-	create := op("CreateMultipartUpload", PermWrite, BodyNone)
-	create.Tracked = true
-	add(U, LevelObject, "uploads", false, create)
-	add(P, LevelObject, "uploadId", false, op("UploadPart", PermWrite, BodyStreamed))
-	add(P, LevelObject, "uploadId", true, op("UploadPartCopy", PermWrite, BodyNone))
-	complete := op("CompleteMultipartUpload", PermWrite, BodySmall)
-	complete.Publishes, complete.Tracked = true, true
-	add(U, LevelObject, "uploadId", false, complete)
-	abort := op("AbortMultipartUpload", PermWrite, BodyNone)
-	abort.Tracked = true
-	add(D, LevelObject, "uploadId", false, abort)
-	add(G, LevelObject, "uploadId", false, op("ListParts", PermRead, BodyNone))
+	add(D, object, "tagging", false, passThrough("DeleteObjectTagging", PermWrite, BodyNone))
+	add(G, object, "attributes", false, passThrough("GetObjectAttributes", PermRead, BodyNone))
+	// Multipart: the upload is recorded from its Create on; only its Complete
+	// publishes (multipart.go).
+	add(U, object, "uploads", false, Op{Name: "CreateMultipartUpload", Perm: PermWrite, run: (*Server).createUpload})
+	add(P, object, "uploadId", false, passThrough("UploadPart", PermWrite, BodyStreamed))
+	add(P, object, "uploadId", true, passThrough("UploadPartCopy", PermWrite, BodyNone))
+	add(U, object, "uploadId", false, Op{Name: "CompleteMultipartUpload", Perm: PermWrite, Body: BodySmall, Publishes: true,
+		WholeObjectChecksum: true, run: (*Server).completeUpload})
+	add(D, object, "uploadId", false, Op{Name: "AbortMultipartUpload", Perm: PermWrite, run: (*Server).abortUpload})
+	add(G, object, "uploadId", false, passThrough("ListParts", PermRead, BodyNone))
 	return t
-}()
+}
 
 // subresources that select an operation, in the order they are tried, so a
 // request naming two (rare, e.g. ?uploadId&tagging) resolves deterministically.
@@ -173,11 +182,11 @@ var knownUnsupported = map[string]bool{
 // Classify maps a request to its operation. hasQuery reports whether a query
 // parameter is present (with any value); copySource reports x-amz-copy-source.
 func Classify(method string, bucket, key string, queryKeys []string, copySource bool) Op {
-	level := LevelService
+	level := store.LevelService
 	if bucket != "" {
-		level = LevelBucket
+		level = store.LevelBucket
 		if key != "" {
-			level = LevelObject
+			level = store.LevelObject
 		}
 	}
 	present := make(map[string]bool, len(queryKeys))

@@ -1,6 +1,11 @@
 package gateway
 
-import "testing"
+import (
+	"strings"
+	"testing"
+
+	"github.com/fencegate/fencegate/gateway/store"
+)
 
 func TestClassify(t *testing.T) {
 	cases := []struct {
@@ -78,5 +83,138 @@ func TestPublishingOpsAreMarked(t *testing.T) {
 		if o.Publishes != publishes[o.Name] {
 			t.Errorf("%s: Publishes=%v", o.Name, o.Publishes)
 		}
+	}
+}
+
+// opRequests is a request for every row of the operation table: "METHOD
+// /path?subresource[&another] [copy] Operation" (copy: with x-amz-copy-source).
+var opRequests = []string{
+	"DELETE /b DeleteBucket",
+	"DELETE /b/k DeleteObject",
+	"DELETE /b/k?tagging DeleteObjectTagging",
+	"DELETE /b/k?uploadId AbortMultipartUpload",
+	"DELETE /b?accelerate DeleteBucketAccelerateConfiguration",
+	"DELETE /b?acl DeleteBucketAcl",
+	"DELETE /b?analytics DeleteBucketAnalyticsConfiguration",
+	"DELETE /b?cors DeleteBucketCors",
+	"DELETE /b?encryption DeleteBucketEncryption",
+	"DELETE /b?intelligent-tiering DeleteBucketIntelligentTieringConfiguration",
+	"DELETE /b?inventory DeleteBucketInventoryConfiguration",
+	"DELETE /b?lifecycle DeleteBucketLifecycleConfiguration",
+	"DELETE /b?logging DeleteBucketLogging",
+	"DELETE /b?metrics DeleteBucketMetricsConfiguration",
+	"DELETE /b?notification DeleteBucketNotificationConfiguration",
+	"DELETE /b?object-lock DeleteObjectLockConfiguration",
+	"DELETE /b?ownershipControls DeleteBucketOwnershipControls",
+	"DELETE /b?policy DeleteBucketPolicy",
+	"DELETE /b?publicAccessBlock DeletePublicAccessBlock",
+	"DELETE /b?replication DeleteBucketReplication",
+	"DELETE /b?requestPayment DeleteBucketRequestPayment",
+	"DELETE /b?tagging DeleteBucketTagging",
+	"DELETE /b?versioning DeleteBucketVersioning",
+	"DELETE /b?website DeleteBucketWebsite",
+	"GET / ListBuckets",
+	"GET /b ListObjects",
+	"GET /b/k GetObject",
+	"GET /b/k?acl GetObjectAcl",
+	"GET /b/k?attributes GetObjectAttributes",
+	"GET /b/k?legal-hold GetObjectLegalHold",
+	"GET /b/k?retention GetObjectRetention",
+	"GET /b/k?tagging GetObjectTagging",
+	"GET /b/k?uploadId ListParts",
+	"GET /b?accelerate GetBucketAccelerateConfiguration",
+	"GET /b?acl GetBucketAcl",
+	"GET /b?analytics GetBucketAnalyticsConfiguration",
+	"GET /b?cors GetBucketCors",
+	"GET /b?encryption GetBucketEncryption",
+	"GET /b?intelligent-tiering GetBucketIntelligentTieringConfiguration",
+	"GET /b?inventory GetBucketInventoryConfiguration",
+	"GET /b?lifecycle GetBucketLifecycleConfiguration",
+	"GET /b?list-type ListObjectsV2",
+	"GET /b?location GetBucketLocation",
+	"GET /b?logging GetBucketLogging",
+	"GET /b?metrics GetBucketMetricsConfiguration",
+	"GET /b?notification GetBucketNotificationConfiguration",
+	"GET /b?object-lock GetObjectLockConfiguration",
+	"GET /b?ownershipControls GetBucketOwnershipControls",
+	"GET /b?policy GetBucketPolicy",
+	"GET /b?policyStatus GetBucketPolicyStatus",
+	"GET /b?publicAccessBlock GetPublicAccessBlock",
+	"GET /b?replication GetBucketReplication",
+	"GET /b?requestPayment GetBucketRequestPayment",
+	"GET /b?tagging GetBucketTagging",
+	"GET /b?uploads ListMultipartUploads",
+	"GET /b?versioning GetBucketVersioning",
+	"GET /b?versions ListObjectVersions",
+	"GET /b?website GetBucketWebsite",
+	"HEAD /b HeadBucket",
+	"HEAD /b/k HeadObject",
+	"POST /b/k?uploadId CompleteMultipartUpload",
+	"POST /b/k?uploads CreateMultipartUpload",
+	"POST /b?delete DeleteObjects",
+	"POST /b PostObject",
+	"PUT /b CreateBucket",
+	"PUT /b/k PutObject",
+	"PUT /b/k copy CopyObject",
+	"PUT /b/k?acl PutObjectAcl",
+	"PUT /b/k?legal-hold PutObjectLegalHold",
+	"PUT /b/k?partNumber&uploadId UploadPart",
+	"PUT /b/k?partNumber&uploadId copy UploadPartCopy",
+	"PUT /b/k?retention PutObjectRetention",
+	"PUT /b/k?tagging PutObjectTagging",
+	"PUT /b?accelerate PutBucketAccelerateConfiguration",
+	"PUT /b?acl PutBucketAcl",
+	"PUT /b?analytics PutBucketAnalyticsConfiguration",
+	"PUT /b?cors PutBucketCors",
+	"PUT /b?encryption PutBucketEncryption",
+	"PUT /b?intelligent-tiering PutBucketIntelligentTieringConfiguration",
+	"PUT /b?inventory PutBucketInventoryConfiguration",
+	"PUT /b?lifecycle PutBucketLifecycleConfiguration",
+	"PUT /b?logging PutBucketLogging",
+	"PUT /b?metrics PutBucketMetricsConfiguration",
+	"PUT /b?notification PutBucketNotificationConfiguration",
+	"PUT /b?object-lock PutObjectLockConfiguration",
+	"PUT /b?ownershipControls PutBucketOwnershipControls",
+	"PUT /b?policy PutBucketPolicy",
+	"PUT /b?publicAccessBlock PutPublicAccessBlock",
+	"PUT /b?replication PutBucketReplication",
+	"PUT /b?requestPayment PutBucketRequestPayment",
+	"PUT /b?tagging PutBucketTagging",
+	"PUT /b?versioning PutBucketVersioning",
+	"PUT /b?website PutBucketWebsite",
+}
+
+// Every row of the table has a handler, a permission and a test request that
+// classifies to it; every test request names a supported operation.
+func TestEveryOperationIsServed(t *testing.T) {
+	served := map[string]bool{}
+	for _, line := range opRequests {
+		f := strings.Fields(line)
+		method, target, want := f[0], f[1], f[len(f)-1]
+		path, query, _ := strings.Cut(target, "?")
+		bucket, key, _ := strings.Cut(strings.TrimPrefix(path, "/"), "/")
+		var keys []string
+		if query != "" {
+			keys = strings.Split(query, "&")
+		}
+		o := Classify(method, bucket, key, keys, len(f) == 4 && f[2] == "copy")
+		if o.Name != want || o.Unsupported || o.run == nil {
+			t.Errorf("%q: classified as %s (unsupported=%v, handler=%v)", line, o.Name, o.Unsupported, o.run != nil)
+		}
+		served[o.Name] = true
+	}
+	names := map[string]bool{}
+	for k, o := range opTable {
+		switch {
+		case names[o.Name]:
+			t.Errorf("%s names two rows", o.Name)
+		case o.run == nil:
+			t.Errorf("%s has no handler", o.Name)
+		case o.Perm > PermAdmin || o.Perm == PermAuthenticated && k.level != store.LevelService:
+			t.Errorf("%s needs permission %v", o.Name, o.Perm)
+		case !served[o.Name]:
+			t.Errorf("%s (%s %v ?%s copy=%v) has no test request", o.Name, k.method, k.level, k.sub, k.copy)
+		}
+		names[o.Name] = true
 	}
 }

@@ -15,6 +15,7 @@ import (
 
 	"github.com/valyala/fasthttp"
 
+	"github.com/fencegate/fencegate/gateway/store"
 	"github.com/fencegate/fencegate/lease"
 	"github.com/fencegate/fencegate/sigv4"
 )
@@ -203,16 +204,16 @@ func (s *Server) postObject(ctx *fasthttp.RequestCtx, r *request) *apiError {
 	checksum := ""
 	if u.trailerValue != nil {
 		v, _ := u.trailerValue()
-		checksum = checksumValue(u.trailerName, v)
+		checksum = store.ChecksumValue(u.trailerName, v)
 	}
 	o := s.keyedWrite(ctx, r, u, keyWrite{
 		op: "put", key: r.key, declared: n, checksum: checksum,
 		prepare: func(u *upstream, id string) *apiError {
-			u.req.Header.Set(attemptHeader, id)
+			u.req.Header.Set(store.AttemptHeader, id)
 			return nil
 		},
 		acknowledge: func(resp *http.Response) (lease.Landed, *apiError) {
-			return lease.Landed{ETag: trimETag(resp.Header.Get("ETag")), Size: n}, nil
+			return lease.Landed{ETag: store.TrimETag(resp.Header.Get("ETag")), Size: n}, nil
 		},
 	})
 	switch {
@@ -235,7 +236,7 @@ func (s *Server) postUpstream(r *request, body *spooled, headers http.Header, po
 	uctx, cancel := context.WithCancel(context.Background())
 	r.cancelUpstream = cancel
 	s.inflight.setCancel(r.inflightID, cancel)
-	req, err := s.backend.newRequest(uctx, http.MethodPut, LevelObject, r.bucket, r.key, "")
+	req, err := s.store.NewRequest(uctx, http.MethodPut, store.LevelObject, r.bucket, r.key, "")
 	if err != nil {
 		cancel()
 		body.done()
@@ -247,7 +248,7 @@ func (s *Server) postUpstream(r *request, body *spooled, headers http.Header, po
 	}
 	u.trailerName = "x-amz-checksum-crc32"
 	for _, f := range post.Fields {
-		if _, ok := checksumB64Len[f.Name]; ok {
+		if _, ok := store.ChecksumHeaders[f.Name]; ok {
 			val := strings.TrimSpace(f.Value)
 			u.trailerName, u.trailerValue = f.Name, func() (string, error) { return val, nil }
 		}
@@ -302,7 +303,7 @@ func postHeaders(post *sigv4.PostObject) (http.Header, *apiError) {
 				h[name] = []string{f.Value}
 			}
 		case strings.HasPrefix(name, "x-amz-"):
-			if _, isChecksum := checksumB64Len[name]; !isChecksum && !postNotForwarded[name] && forwardedHeader(name) {
+			if _, isChecksum := store.ChecksumHeaders[name]; !isChecksum && !postNotForwarded[name] && forwardedHeader(name) {
 				h.Set(name, f.Value)
 			}
 		}

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/fencegate/fencegate/gateway/store"
 	"github.com/fencegate/fencegate/lease"
 )
 
@@ -173,11 +174,11 @@ type answer struct {
 func (p *prober) exchange(ctx context.Context, method, key, query string, h map[string]string, body []byte) (answer, error) {
 	ctx, cancel := context.WithTimeout(ctx, probeRequestTimeout)
 	defer cancel()
-	level := LevelObject
+	level := store.LevelObject
 	if key == "" {
-		level = LevelBucket
+		level = store.LevelBucket
 	}
-	req, err := p.s.backend.newRequest(ctx, method, level, p.bucket, key, query)
+	req, err := p.s.store.NewRequest(ctx, method, level, p.bucket, key, query)
 	if err != nil {
 		return answer{}, err
 	}
@@ -189,7 +190,7 @@ func (p *prober) exchange(ctx context.Context, method, key, query string, h map[
 	if key != "" && method != http.MethodDelete && method != http.MethodHead {
 		p.written = append(p.written, key)
 	}
-	resp, err := p.s.backend.send(req, u.payloadHash)
+	resp, err := p.s.store.Send(req, u.payloadHash)
 	if err != nil {
 		return answer{}, err
 	}
@@ -219,7 +220,7 @@ func (p *prober) put(ctx context.Context, key string, body []byte) (string, erro
 	if a.status != 200 {
 		return "", fmt.Errorf("probe PUT answered %d", a.status)
 	}
-	return trimETag(a.header.Get("ETag")), nil
+	return store.TrimETag(a.header.Get("ETag")), nil
 }
 
 func (p *prober) completeFenced(ctx context.Context, key string, cond map[string]string) (bool, string) {
@@ -260,7 +261,7 @@ func (p *prober) truncated(ctx context.Context) (bool, string) {
 	key := p.prefix + "truncated"
 	ctx2, cancel := context.WithTimeout(ctx, probeRequestTimeout)
 	defer cancel()
-	req, err := p.s.backend.newRequest(ctx2, http.MethodPut, LevelObject, p.bucket, key, "")
+	req, err := p.s.store.NewRequest(ctx2, http.MethodPut, store.LevelObject, p.bucket, key, "")
 	if err != nil {
 		return false, err.Error()
 	}
@@ -272,7 +273,7 @@ func (p *prober) truncated(ctx context.Context) (bool, string) {
 	req.Header.Set("X-Amz-Decoded-Content-Length", strconv.Itoa(n))
 	req.Header.Set("X-Amz-Trailer", enc.name)
 	p.written = append(p.written, key)
-	if resp, err := p.s.backend.send(req, unsignedTrailer); err == nil {
+	if resp, err := p.s.store.Send(req, unsignedTrailer); err == nil {
 		resp.Body.Close()
 	}
 	time.Sleep(200 * time.Millisecond) // let the store finish with the cut request

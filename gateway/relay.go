@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"html"
 	"io"
+	"net"
 	"net/http"
 	"strconv"
 	"strings"
@@ -11,6 +12,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/valyala/fasthttp"
+
+	"github.com/fencegate/fencegate/gateway/store"
 )
 
 // responseNotRelayed are the store's headers that describe its hop, not the
@@ -20,7 +23,7 @@ var responseNotRelayed = map[string]bool{
 	"Transfer-Encoding": true, "Upgrade": true, "Content-Length": true, "Date": true, "Server": true,
 	"X-Amz-Request-Id": true,
 	// fencegate's attribution metadata stays between fencegate and the store.
-	"X-Amz-Meta-Fencegate-Attempt": true,
+	http.CanonicalHeaderKey(store.AttemptHeader): true,
 }
 
 // backendAuthCodes are the store's answers that mean fencegate's own backend
@@ -46,18 +49,11 @@ func (s *Server) relay(ctx *fasthttp.RequestCtx, r *request, resp *http.Response
 			return errBackendAuth
 		}
 	}
-	if r.op.Name == "ListBuckets" && resp.StatusCode == http.StatusOK {
-		body, err := io.ReadAll(io.LimitReader(resp.Body, 16<<20))
-		resp.Body.Close()
-		if err != nil {
-			return errStoreUnreached
+	if r.op.ListsBuckets && resp.StatusCode == http.StatusOK {
+		var e *apiError
+		if peeked, e = visibleBuckets(resp, r.akey); e != nil {
+			return e
 		}
-		if !r.akey.seesAllBuckets() {
-			body = filterBuckets(body, r.akey)
-		}
-		peeked = ownedBy(body, r.akey.ID)
-		resp.Body = http.NoBody
-		resp.ContentLength = int64(len(peeked))
 	}
 
 	h := &ctx.Response.Header
@@ -110,8 +106,14 @@ func (s *Server) relay(ctx *fasthttp.RequestCtx, r *request, resp *http.Response
 		ctx.SetBody(body)
 	default:
 		r.out = &countingBody{rc: resp.Body, cancel: r.cancelUpstream}
-		if spliceable(ctx, resp) {
-			r.out.spliced = s.metrics.splicedBytes
+		// A body on the store client's own connection reaches a plain-TCP
+		// client by splice(2), never copied through the gateway's memory:
+		// fasthttp hands the body stream a writer whose ReadFrom ends in
+		// net.TCPConn.ReadFrom. TLS clients get the buffered copy.
+		if b, ok := store.Spliceable(resp); ok {
+			if _, plain := ctx.Conn().(*net.TCPConn); plain {
+				r.out.splice, r.out.spliced = b, s.metrics.splicedBytes
+			}
 		}
 		ctx.SetBodyStream(r.out, int(resp.ContentLength))
 	}
@@ -125,7 +127,8 @@ type countingBody struct {
 	n       int64
 	cancel  func()
 	onClose func(n int64)
-	spliced prometheus.Counter // non-nil: rc is a storeBody to splice (splice.go)
+	splice  *store.Body        // non-nil: rc, spliced to the client (store/splice.go)
+	spliced prometheus.Counter // counts splice's spliced bytes
 }
 
 func (c *countingBody) Read(p []byte) (int, error) {
@@ -140,10 +143,11 @@ var relayBuffers = sync.Pool{New: func() any { b := make([]byte, 256<<10); retur
 
 // WriteTo is what fasthttp uses to copy a streamed body to the client.
 func (c *countingBody) WriteTo(w io.Writer) (int64, error) {
-	if rf, ok := w.(io.ReaderFrom); ok && c.spliced != nil {
-		n0 := c.n
-		err := c.rc.(*storeBody).spliceTo(w, rf, &c.n, c.spliced)
-		return c.n - n0, err
+	if rf, ok := w.(io.ReaderFrom); ok && c.splice != nil {
+		n, spliced, err := c.splice.SpliceTo(w, rf)
+		c.n += n
+		c.spliced.Add(float64(spliced))
+		return n, err
 	}
 	bp := relayBuffers.Get().(*[]byte)
 	defer relayBuffers.Put(bp)
@@ -210,46 +214,4 @@ func withRequestID(doc []byte, id string) []byte {
 	out = append(out, doc[:i+len(open)]...)
 	out = append(out, id...)
 	return append(out, doc[i+j:]...)
-}
-
-// ownedBy names the access key as the owner in a ListBuckets answer: the
-// store's own identity (fencegate's backend account) is not the client's
-// business.
-func ownedBy(doc []byte, keyID string) []byte {
-	i := bytes.Index(doc, []byte("<Owner>"))
-	if i < 0 {
-		return doc
-	}
-	j := bytes.Index(doc[i:], []byte("</Owner>"))
-	if j < 0 {
-		return doc
-	}
-	owner := appendXMLEscaped([]byte("<Owner><ID>"), keyID)
-	owner = append(owner, "</ID><DisplayName>"...)
-	owner = appendXMLEscaped(owner, keyID)
-	owner = append(owner, "</DisplayName></Owner>"...)
-	out := append(append(append([]byte(nil), doc[:i]...), owner...), doc[i+j+len("</Owner>"):]...)
-	return out
-}
-
-// filterBuckets drops from a ListBuckets answer the buckets key has no grant on.
-func filterBuckets(doc []byte, key *AccessKey) []byte {
-	var out []byte
-	rest := doc
-	for {
-		i := bytes.Index(rest, []byte("<Bucket>"))
-		if i < 0 {
-			return append(out, rest...)
-		}
-		j := bytes.Index(rest[i:], []byte("</Bucket>"))
-		if j < 0 {
-			return append(out, rest...)
-		}
-		end := i + j + len("</Bucket>")
-		out = append(out, rest[:i]...)
-		if key.seesBucket(xmlElement(rest[i:end], "Name")) {
-			out = append(out, rest[i:end]...)
-		}
-		rest = rest[end:]
-	}
 }

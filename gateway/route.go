@@ -34,21 +34,6 @@ func stripPort(host []byte) []byte {
 	return host
 }
 
-// escapeKeyPath encodes a key for the store's path the way S3 signers do:
-// unreserved characters and '/' as they are, every other byte as %XX.
-func escapeKeyPath(dst []byte, s string) []byte {
-	const hex = "0123456789ABCDEF"
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '-' || c == '_' || c == '.' || c == '~' || c == '/' {
-			dst = append(dst, c)
-		} else {
-			dst = append(dst, '%', hex[c>>4], hex[c&15])
-		}
-	}
-	return dst
-}
-
 // validBucketName applies S3's naming rules loosely enough for existing buckets
 // (3-255 characters of letters, digits, '.', '-', '_'), so that a path like
 // "/../" can never address something that is not a bucket.

@@ -1,9 +1,6 @@
 package gateway
 
-import (
-	"net/url"
-	"testing"
-)
+import "testing"
 
 func TestRoute(t *testing.T) {
 	domains := []string{"s3.local", "localhost"}
@@ -29,15 +26,5 @@ func TestRoute(t *testing.T) {
 	}
 	if _, _, ok := route([]byte("h"), []byte("/b/%zz"), nil); ok {
 		t.Error("accepted a malformed escape")
-	}
-}
-
-func TestEscapeKeyPathRoundTrips(t *testing.T) {
-	for _, k := range []string{"a b", "a+b", "ü/ß", "x%y", "~!*'()", "a//b"} {
-		esc := escapeKeyPath(nil, k)
-		back, err := url.PathUnescape(string(esc))
-		if err != nil || back != k {
-			t.Errorf("%q -> %q -> %q", k, esc, back)
-		}
 	}
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/valyala/fasthttp"
 
+	"github.com/fencegate/fencegate/gateway/store"
 	"github.com/fencegate/fencegate/lease"
 	"github.com/fencegate/fencegate/sigv4"
 )
@@ -40,7 +41,8 @@ type Config struct {
 	BodyStallTimeout time.Duration
 	// KeyPollInterval is how often the access-key version is checked.
 	KeyPollInterval time.Duration
-	Backend         Backend
+	// Store is the S3 store behind the gateway, and fencegate's credentials there.
+	Store store.Config
 
 	// Limits (limits.go); zero values take the defaults.
 
@@ -141,8 +143,8 @@ type Server struct {
 	metrics  *metrics
 	keys     *keyCache
 	verifier *sigv4.Verifier
-	backend  *backend
-	store    storeView
+	store    *store.Client
+	settler  lease.Store // store, as lease settles a key through it
 	leases   *lease.Manager
 	inflight inflight
 	// keepsBackslash: the probe proved the store keeps '\' in keys distinct
@@ -174,11 +176,11 @@ func New(ctx context.Context, cfg Config, deps Deps) (*Server, error) {
 	}
 	s.keys = keys
 	s.verifier = &sigv4.Verifier{Secrets: keys, Region: cfg.Region}
-	if s.backend, err = newBackend(cfg.Backend); err != nil {
+	if s.store, err = store.New(cfg.Store); err != nil {
 		return nil, fmt.Errorf("backend: %w", err)
 	}
-	s.store = storeView{b: s.backend}
-	s.deps.Readiness = append(s.deps.Readiness, Check{Name: "store", Run: s.backend.ping})
+	s.settler = LeaseStore(s.store)
+	s.deps.Readiness = append(s.deps.Readiness, Check{Name: "store", Run: s.store.Ping})
 	if deps.Leases == nil || deps.Tracker == nil {
 		return nil, errors.New("the gateway needs the write protocol: Deps.Leases and Deps.Tracker")
 	}
@@ -299,9 +301,19 @@ func (s *Server) shutdown() {
 	}
 }
 
-// Store is the gateway's view of the store for the write protocol and the
-// reconciler.
-func (s *Server) Store() lease.Store { return s.store }
+// Store is the gateway's store client, for the reconciler to share.
+func (s *Server) Store() *store.Client { return s.store }
+
+// LeaseStore is c as lease settles a key through it (lease.Store): the store
+// package knows nothing of leases, so its Object is translated here.
+func LeaseStore(c *store.Client) lease.Store { return leaseStore{c} }
+
+type leaseStore struct{ c *store.Client }
+
+func (l leaseStore) Head(ctx context.Context, bucket, key string) (lease.Object, error) {
+	o, err := l.c.Head(ctx, bucket, key)
+	return lease.Object{Exists: o.Exists, ETag: o.ETag, Size: o.Size, AttemptID: o.AttemptID, Checksum: o.Checksum}, err
+}
 
 // Registry is where components add their metrics (the lease counters).
 func (s *Server) Registry() *prometheus.Registry { return s.metrics.reg }

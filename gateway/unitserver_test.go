@@ -16,6 +16,8 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	v4 "github.com/aws/aws-sdk-go-v2/aws/signer/v4"
+
+	"github.com/fencegate/fencegate/gateway/store"
 	"github.com/fencegate/fencegate/lease"
 )
 
@@ -63,7 +65,7 @@ func startUnitServer(t *testing.T, configure func(*Config), checks ...Check) *un
 	dead.Close()
 	cfg := Config{
 		Listen: "127.0.0.1:0", AdminListen: "127.0.0.1:0", ShutdownGrace: 2 * time.Second,
-		Backend: Backend{Endpoint: "http://" + storeAddr, AccessKey: "x", SecretKey: "y"},
+		Store: store.Config{Endpoint: "http://" + storeAddr, AccessKey: "x", SecretKey: "y"},
 	}
 	if configure != nil {
 		configure(&cfg)

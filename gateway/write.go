@@ -10,6 +10,7 @@ import (
 
 	"github.com/valyala/fasthttp"
 
+	"github.com/fencegate/fencegate/gateway/store"
 	"github.com/fencegate/fencegate/internal/failpoint"
 	"github.com/fencegate/fencegate/lease"
 )
@@ -120,7 +121,7 @@ func (s *Server) keyedWrite(ctx *fasthttp.RequestCtx, r *request, u *upstream, w
 	}
 	failpoint.Hit("after-lease")
 
-	fence, err := l.Settle(context.Background(), s.store)
+	fence, err := l.Settle(context.Background(), s.settler)
 	if err != nil {
 		l.Fail("settling the key failed before anything was sent: " + err.Error())
 		s.deps.Log.Warn("settle failed", "request_id", r.id, "key", w.key, "err", err)
@@ -186,7 +187,7 @@ func (s *Server) keyedWrite(ctx *fasthttp.RequestCtx, r *request, u *upstream, w
 		// Only a fresh HEAD tells which, and it brings the catalog up to what the
 		// store holds (a write around the gateway becomes an external generation).
 		keepAnswer(resp)
-		now, err := l.Resettle(context.Background(), s.store)
+		now, err := l.Resettle(context.Background(), s.settler)
 		if err != nil {
 			drain(resp)
 			s.deps.Log.Warn("settle after a refused fence failed", "request_id", r.id, "key", w.key, "err", err)
@@ -222,7 +223,7 @@ func (s *Server) keyedWrite(ctx *fasthttp.RequestCtx, r *request, u *upstream, w
 		// Removing a version changes the key only if it was current: settle
 		// again from what the store now holds.
 		keepAnswer(resp)
-		if _, err := l.Resettle(context.Background(), s.store); err != nil {
+		if _, err := l.Resettle(context.Background(), s.settler); err != nil {
 			s.deps.Log.Warn("settle after a versioned delete failed", "request_id", r.id, "key", w.key, "err", err)
 		}
 		l.Fail("a versioned delete publishes nothing itself; the key was settled after it")
@@ -305,11 +306,11 @@ func (s *Server) putObject(ctx *fasthttp.RequestCtx, r *request) *apiError {
 	return s.writeKey(ctx, r, u, keyWrite{
 		op: "put", declared: r.bytesIn, checksum: declaredChecksum(r.hdr), clientCond: hasClientCondition(r),
 		prepare: func(u *upstream, id string) *apiError {
-			u.req.Header.Set(attemptHeader, id)
+			u.req.Header.Set(store.AttemptHeader, id)
 			return nil
 		},
 		acknowledge: func(resp *http.Response) (lease.Landed, *apiError) {
-			return lease.Landed{ETag: trimETag(resp.Header.Get("ETag")), Size: r.bytesIn}, nil
+			return lease.Landed{ETag: store.TrimETag(resp.Header.Get("ETag")), Size: r.bytesIn}, nil
 		},
 	})
 }
@@ -318,8 +319,8 @@ func (s *Server) putObject(ctx *fasthttp.RequestCtx, r *request) *apiError {
 // catalog records it; "" when it sends none up front (a trailer, or none).
 func declaredChecksum(h *headerView) string {
 	for _, f := range h.fields {
-		if _, ok := checksumB64Len[f.name]; ok {
-			return checksumValue(f.name, f.value)
+		if _, ok := store.ChecksumHeaders[f.name]; ok {
+			return store.ChecksumValue(f.name, f.value)
 		}
 	}
 	return ""
@@ -340,24 +341,4 @@ func (s *Server) deleteObject(ctx *fasthttp.RequestCtx, r *request) *apiError {
 // deleted is a delete's acknowledged entry: the key has no bytes now.
 func deleted(*http.Response) (lease.Landed, *apiError) {
 	return lease.Landed{Deleted: true, Size: -1}, nil
-}
-
-// bucketChanged keeps the catalog's view of buckets: one created through
-// fencegate is complete (every key in it is known); a deleted one is forgotten.
-func (s *Server) bucketChanged(r *request, status int) {
-	if status/100 != 2 {
-		return
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), s.leases.Config().DBTimeout)
-	defer cancel()
-	var err error
-	switch r.op.Name {
-	case "CreateBucket":
-		err = s.deps.Tracker.BucketCreated(ctx, r.bucket)
-	case "DeleteBucket":
-		err = s.deps.Tracker.BucketDeleted(ctx, r.bucket)
-	}
-	if err != nil {
-		s.deps.Log.Warn("could not record a bucket change", "bucket", r.bucket, "err", err)
-	}
 }

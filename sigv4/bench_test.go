@@ -17,7 +17,7 @@ func BenchmarkVerifyHeaderWarm(b *testing.B) {
 		"User-Agent": "aws-sdk-go-v2/1.0",
 		"Accept":     "*/*",
 	})
-	sdkSign(b, req, emptySHA256, oracleNow)
+	sdkSign(b, req, EmptySHA256, oracleNow)
 	r := fromHTTP(req)
 	v := testVerifier(oracleNow)
 	if _, err := v.Verify(r); err != nil {

@@ -175,7 +175,7 @@ func TestPlainBodies(t *testing.T) {
 		}
 	}
 	// Empty bodies.
-	r = signedPut(t, nil, emptySHA256, nil)
+	r = signedPut(t, nil, EmptySHA256, nil)
 	if got, err := verifyBody(t, r, nil, 10); err != nil || len(got) != 0 {
 		t.Fatal(err)
 	}
@@ -293,7 +293,7 @@ func TestNoAuthAndUnsupported(t *testing.T) {
 		{"", "X-Amz-Algorithm=AWS4-HMAC-SHA256&X-Amz-Credential=AKID%2F20260301%2Fus-east-1%2Fs3%2Faws4_request", CodeAuthorizationQueryParametersError},
 		{"", "X-Amz-Algorithm=AWS4-HMAC-SHA256&X-Amz-Algorithm=AWS4-HMAC-SHA256", CodeAuthorizationQueryParametersError},
 	} {
-		r := &Request{Method: "GET", RawPath: "/b/k", Host: "h", RawQuery: tc.query, Headers: []HeaderField{{"Host", "h"}, {"X-Amz-Date", "20260301T120000Z"}, {"X-Amz-Content-Sha256", emptySHA256}}}
+		r := &Request{Method: "GET", RawPath: "/b/k", Host: "h", RawQuery: tc.query, Headers: []HeaderField{{"Host", "h"}, {"X-Amz-Date", "20260301T120000Z"}, {"X-Amz-Content-Sha256", EmptySHA256}}}
 		if tc.auth != "" {
 			r.Headers = append(r.Headers, HeaderField{"Authorization", tc.auth})
 		}

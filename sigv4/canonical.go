@@ -13,8 +13,10 @@ const (
 	algorithm    = "AWS4-HMAC-SHA256"
 	terminator   = "aws4_request"
 	iso8601Basic = "20060102T150405Z"
-	emptySHA256  = "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
 )
+
+// EmptySHA256 is the payload hash of an empty body (x-amz-content-sha256).
+const EmptySHA256 = "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
 
 const upperHex = "0123456789ABCDEF"
 
@@ -48,6 +50,21 @@ func appendEscaped(dst []byte, c byte) []byte {
 		return append(dst, c)
 	}
 	return append(dst, '%', upperHex[c>>4], upperHex[c&15])
+}
+
+// AppendEscapedPath appends s (a bucket or a key) to a request path encoded
+// as S3 signers encode it: unreserved bytes and '/' as they are, every other
+// byte as %XX. Such a path is its own canonical URI, so the path a request is
+// sent with and the one its signature covers are the same bytes.
+func AppendEscapedPath(dst []byte, s string) []byte {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c == '/' {
+			dst = append(dst, c)
+		} else {
+			dst = appendEscaped(dst, c)
+		}
+	}
+	return dst
 }
 
 // appendNormalized decodes s byte by byte and re-encodes it with SigV4's

@@ -1,6 +1,9 @@
 package sigv4
 
-import "testing"
+import (
+	"net/url"
+	"testing"
+)
 
 func TestCanonicalURI(t *testing.T) {
 	for in, want := range map[string]string{
@@ -70,5 +73,21 @@ func TestKeyCacheRotation(t *testing.T) {
 	}
 	if len(c.m) > keyCacheMax {
 		t.Fatalf("cache grew to %d", len(c.m))
+	}
+}
+
+// A key written into a request path with AppendEscapedPath decodes back to
+// itself and is already its own canonical URI: the store's path and the
+// signature's are one encoding.
+func TestAppendEscapedPath(t *testing.T) {
+	for _, k := range []string{"a b", "a+b", "ü/ß", "x%y", "~!*'()", "a//b", "a\\b"} {
+		esc := AppendEscapedPath(nil, k)
+		back, err := url.PathUnescape(string(esc))
+		if err != nil || back != k {
+			t.Errorf("%q -> %q -> %q", k, esc, back)
+		}
+		if c := appendCanonicalURI(nil, "/"+string(esc)); string(c) != "/"+string(esc) {
+			t.Errorf("%q: escaped %q, canonical %q", k, esc, c)
+		}
 	}
 }

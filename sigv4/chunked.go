@@ -264,7 +264,7 @@ func (d *chunkedDecoder) checkChunkSig() error {
 	d.sha.Sum(d.sum[:0])
 	sts := append(d.sts[:64], "AWS4-HMAC-SHA256-PAYLOAD\n"...)
 	sts = d.appendScope(sts)
-	sts = append(sts, emptySHA256...)
+	sts = append(sts, EmptySHA256...)
 	sts = append(sts, '\n')
 	sts = hex.AppendEncode(sts, d.sum[:])
 	d.sts = sts

@@ -20,7 +20,7 @@ func exampleGET() *Request {
 			{"Host", "examplebucket.s3.amazonaws.com"},
 			{"Authorization", "AWS4-HMAC-SHA256 Credential=AKIAIOSFODNN7EXAMPLE/20130524/us-east-1/s3/aws4_request,SignedHeaders=host;range;x-amz-content-sha256;x-amz-date,Signature=f0e8bdb87c964420e857bd35b5d6ed310bd44f0170aba48dd91039c6036bdb41"},
 			{"Range", "bytes=0-9"},
-			{"x-amz-content-sha256", emptySHA256},
+			{"x-amz-content-sha256", EmptySHA256},
 			{"x-amz-date", "20130524T000000Z"},
 		},
 	}

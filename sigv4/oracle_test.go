@@ -140,7 +140,7 @@ func TestOracleHeaderAuth(t *testing.T) {
 func TestOracleEquivalentSpellings(t *testing.T) {
 	v := testVerifier(oracleNow)
 	req := newSignedRequest(t, "GET", "a~b+c!d", "prefix=a~b", nil, nil)
-	sdkSign(t, req, emptySHA256, oracleNow)
+	sdkSign(t, req, EmptySHA256, oracleNow)
 	base := fromHTTP(req)
 	for _, alt := range []struct{ path, query string }{
 		{"/bucket/a%7Eb%2bc%21d", base.RawQuery},
@@ -198,7 +198,7 @@ func TestOracleHeaderAuthTampered(t *testing.T) {
 
 func TestOracleSkew(t *testing.T) {
 	req := newSignedRequest(t, "GET", "k", "", nil, nil)
-	sdkSign(t, req, emptySHA256, oracleNow)
+	sdkSign(t, req, EmptySHA256, oracleNow)
 	r := fromHTTP(req)
 	for _, d := range []time.Duration{-14 * time.Minute, 14 * time.Minute} {
 		if _, err := testVerifier(oracleNow.Add(d)).Verify(r); err != nil {

@@ -10,6 +10,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/fencegate/fencegate/gateway"
+	"github.com/fencegate/fencegate/gateway/store"
 	"github.com/fencegate/fencegate/internal/wiring"
 	"github.com/fencegate/fencegate/meta"
 )
@@ -51,21 +52,22 @@ func cmdCatalog(ctx context.Context, args []string) error {
 	if err := checkSchema(ctx, pool); err != nil {
 		return err
 	}
-	store, err := gateway.NewStoreClient(gateway.Backend{Endpoint: cfg.BackendURL, AccessKey: cfg.BackendKey, SecretKey: cfg.BackendSecret, Region: cfg.BackendRegion})
+	st, err := store.New(cfg.store())
 	if err != nil {
 		return err
 	}
 	leases, tracker := wiring.Protocol(pool, cfg.Lease)
+	settler := gateway.LeaseStore(st)
 	var settled, failed atomic.Int64
 	start := time.Now()
-	err = store.ListKeys(ctx, bucket, func(keys []string) error {
+	err = st.ListKeys(ctx, bucket, func(keys []string) error {
 		// A failed key does not stop the others: the batch is settled whole and
 		// the first failure returned, so no context is derived from the group.
 		var g errgroup.Group
 		g.SetLimit(workers)
 		for _, k := range keys {
 			g.Go(func() error {
-				if err := leases.SettleKey(ctx, bucket, k, store, true); err != nil {
+				if err := leases.SettleKey(ctx, bucket, k, settler, true); err != nil {
 					failed.Add(1)
 					return fmt.Errorf("%s: %w", k, err)
 				}

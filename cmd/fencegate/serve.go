@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/fencegate/fencegate/gateway"
+	"github.com/fencegate/fencegate/gateway/store"
 	"github.com/fencegate/fencegate/internal/wiring"
 	"github.com/fencegate/fencegate/lease"
 	"github.com/fencegate/fencegate/meta"
@@ -81,6 +82,11 @@ func (c *serveConfig) define(f envFlags) {
 	f.Bool(&c.Migrate, "migrate", "FENCEGATE_MIGRATE", false, "apply database migrations at start-up")
 	f.Int(&c.DBMaxConns, "db-max-conns", "FENCEGATE_DB_MAX_CONNS", 32, "PostgreSQL connection pool size")
 	f.Duration(&c.DBQueryTimeout, "db-statement-timeout", "FENCEGATE_DB_STATEMENT_TIMEOUT", 10*time.Second, "server-side bound on every statement")
+}
+
+// store is the backend flags as the store client's configuration.
+func (c *serveConfig) store() store.Config {
+	return store.Config{Endpoint: c.BackendURL, AccessKey: c.BackendKey, SecretKey: c.BackendSecret, Region: c.BackendRegion}
 }
 
 func (c *serveConfig) validate() error {
@@ -172,7 +178,7 @@ func runServe(ctx context.Context, cfg serveConfig, started func(s3Addr, adminAd
 	gcfg.Region = cfg.Region
 	gcfg.BodyMemory = int64(cfg.BodyMemoryBytes)
 	gcfg.SpoolMax, gcfg.SpoolMemory, gcfg.SpoolBudget = int64(cfg.SpoolMaxBytes), int64(cfg.SpoolMemoryBytes), int64(cfg.SpoolBudgetBytes)
-	gcfg.Backend = gateway.Backend{Endpoint: cfg.BackendURL, AccessKey: cfg.BackendKey, SecretKey: cfg.BackendSecret, Region: cfg.BackendRegion}
+	gcfg.Store = cfg.store()
 	for _, d := range strings.Split(cfg.Domains, ",") {
 		if d = strings.TrimSpace(d); d != "" {
 			gcfg.Domains = append(gcfg.Domains, d)
@@ -194,7 +200,7 @@ func runServe(ctx context.Context, cfg serveConfig, started func(s3Addr, adminAd
 	if err := probeStore(ctx, srv, cfg, log); err != nil {
 		return err
 	}
-	rec := lease.NewReconciler(lease.ReconcilerConfig{Interval: cfg.Reconcile}, leases, srv.Store(), log)
+	rec := lease.NewReconciler(lease.ReconcilerConfig{Interval: cfg.Reconcile}, leases, gateway.LeaseStore(srv.Store()), log)
 	recCtx, stopRec := context.WithCancel(ctx)
 	defer stopRec()
 	go rec.Run(recCtx)

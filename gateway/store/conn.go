@@ -1,4 +1,4 @@
-package gateway
+package store
 
 import (
 	"bufio"
@@ -13,34 +13,34 @@ import (
 	"time"
 )
 
-// GetObject answers travel over fencegate's own HTTP/1.1 connections to the
-// store rather than net/http's transport: a large body can then be spliced from
-// the store's socket to the client's in the kernel (splice.go), which
-// net/http's buffered body reader hides. Only plain-HTTP stores qualify; the
-// rest of the traffic keeps the transport.
+// GET and HEAD answers travel over the client's own HTTP/1.1 connections to
+// the store rather than net/http's transport: a large body can then be
+// spliced from the store's socket to the client's in the kernel (splice.go),
+// which net/http's buffered body reader hides. Only plain-HTTP stores
+// qualify; the rest of the traffic keeps the transport.
 
-// storeConn is one keep-alive connection to the store.
-type storeConn struct {
+// conn is one keep-alive connection to the store.
+type conn struct {
 	c  *net.TCPConn
 	br *bufio.Reader
 	bw *bufio.Writer
 }
 
-// storeConns pools idle connections to one store address.
-type storeConns struct {
+// connPool pools idle connections to one store address.
+type connPool struct {
 	addr   string
 	dialer net.Dialer
 	mu     sync.Mutex
-	idle   []*storeConn
+	idle   []*conn
 }
 
-const maxIdleStoreConns = 512
+const maxIdleConns = 512
 
-func newStoreConns(addr string) *storeConns {
-	return &storeConns{addr: addr, dialer: net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second}}
+func newConnPool(addr string) *connPool {
+	return &connPool{addr: addr, dialer: net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second}}
 }
 
-func (p *storeConns) get(ctx context.Context) (sc *storeConn, reused bool, err error) {
+func (p *connPool) get(ctx context.Context) (sc *conn, reused bool, err error) {
 	p.mu.Lock()
 	if n := len(p.idle); n > 0 {
 		sc = p.idle[n-1]
@@ -55,13 +55,13 @@ func (p *storeConns) get(ctx context.Context) (sc *storeConn, reused bool, err e
 	}
 	tc := c.(*net.TCPConn)
 	// A small read buffer: what it holds of a body is copied, the rest spliced.
-	return &storeConn{c: tc, br: bufio.NewReaderSize(tc, 4<<10), bw: bufio.NewWriterSize(tc, 4<<10)}, false, nil
+	return &conn{c: tc, br: bufio.NewReaderSize(tc, 4<<10), bw: bufio.NewWriterSize(tc, 4<<10)}, false, nil
 }
 
-func (p *storeConns) put(sc *storeConn) {
+func (p *connPool) put(sc *conn) {
 	_ = sc.c.SetDeadline(time.Time{})
 	p.mu.Lock()
-	if len(p.idle) < maxIdleStoreConns {
+	if len(p.idle) < maxIdleConns {
 		p.idle = append(p.idle, sc)
 		sc = nil
 	}
@@ -72,12 +72,12 @@ func (p *storeConns) put(sc *storeConn) {
 }
 
 // roundTrip sends a signed, bodiless request and reads the answer's header.
-// The body is the returned storeBody's. A pooled connection the store has
-// closed meanwhile is retried once on a new one, as net/http does: only GET
-// and HEAD come this way, and repeating them is safe (W4 is about writes).
-func (p *storeConns) roundTrip(req *http.Request) (*http.Response, error) {
+// The body is the returned Body's. A pooled connection the store has closed
+// meanwhile is retried once on a new one, as net/http does: only GET and HEAD
+// come this way, and repeating them is safe (W4 is about writes).
+func (p *connPool) roundTrip(req *http.Request) (*http.Response, error) {
 	if req.Body != nil && req.Body != http.NoBody {
-		return nil, errors.New("storeConns carries bodiless requests only")
+		return nil, errors.New("the store's own connections carry bodiless requests only")
 	}
 	for attempt := 0; ; attempt++ {
 		sc, reused, err := p.get(req.Context())
@@ -90,7 +90,7 @@ func (p *storeConns) roundTrip(req *http.Request) (*http.Response, error) {
 		stop := context.AfterFunc(req.Context(), func() { _ = sc.c.SetDeadline(time.Unix(1, 0)) })
 		resp, err := sc.exchange(req)
 		if err == nil {
-			b := &storeBody{sc: sc, pool: p, resp: resp, body: resp.Body, stop: stop}
+			b := &Body{c: sc, pool: p, resp: resp, body: resp.Body, stop: stop}
 			if resp.Body == http.NoBody {
 				b.err = io.EOF // HEAD, 204, 304, an empty object: nothing to read
 			}
@@ -108,7 +108,7 @@ func (p *storeConns) roundTrip(req *http.Request) (*http.Response, error) {
 	}
 }
 
-func (sc *storeConn) exchange(req *http.Request) (*http.Response, error) {
+func (sc *conn) exchange(req *http.Request) (*http.Response, error) {
 	if err := req.Write(sc.bw); err != nil {
 		return nil, err
 	}
@@ -125,18 +125,19 @@ func staleConnError(err error) bool {
 		errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE)
 }
 
-// storeBody is an answer's body on a storeConn. Read through to its end, the
-// connection goes back to the pool; closed early, it is closed.
-type storeBody struct {
-	sc   *storeConn
-	pool *storeConns
+// Body is an answer's body on one of the client's own connections. Read
+// through to its end, the connection goes back to the pool; closed early, it
+// is closed.
+type Body struct {
+	c    *conn
+	pool *connPool
 	resp *http.Response
 	body io.ReadCloser // as http.ReadResponse framed it
 	stop func() bool
 	err  error // set once the body is over (io.EOF when complete)
 }
 
-func (b *storeBody) Read(p []byte) (int, error) {
+func (b *Body) Read(p []byte) (int, error) {
 	if b.err != nil {
 		return 0, b.err
 	}
@@ -150,12 +151,12 @@ func (b *storeBody) Read(p []byte) (int, error) {
 // Close returns the connection when the body was read through and the store
 // keeps it alive; the context's watcher must be stopped first, or it could
 // later poison a pooled connection's deadline.
-func (b *storeBody) Close() error {
-	if b.sc == nil {
+func (b *Body) Close() error {
+	if b.c == nil {
 		return nil
 	}
-	sc := b.sc
-	b.sc = nil
+	sc := b.c
+	b.c = nil
 	stopped := b.stop()
 	if stopped && b.err == io.EOF && !b.resp.Close {
 		b.pool.put(sc)

@@ -1,4 +1,4 @@
-package gateway
+package store
 
 import (
 	"context"
@@ -7,39 +7,24 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"strings"
 
-	"github.com/fencegate/fencegate/lease"
+	"github.com/fencegate/fencegate/sigv4"
 )
 
-// StoreClient is the store as fencegate's own tools see it (catalog import):
-// HEAD and listing with the backend credentials.
-type StoreClient struct{ v storeView }
-
-func NewStoreClient(b Backend) (*StoreClient, error) {
-	be, err := newBackend(b)
-	if err != nil {
-		return nil, err
-	}
-	return &StoreClient{v: storeView{b: be}}, nil
-}
-
-func (c *StoreClient) Head(ctx context.Context, bucket, key string) (lease.Object, error) {
-	return c.v.Head(ctx, bucket, key)
-}
-
 // ListKeys calls fn with every key of bucket, in pages (ListObjectsV2).
-func (c *StoreClient) ListKeys(ctx context.Context, bucket string, fn func(keys []string) error) error {
+func (c *Client) ListKeys(ctx context.Context, bucket string, fn func(keys []string) error) error {
 	token := ""
 	for {
 		q := "list-type=2&max-keys=1000"
 		if token != "" {
 			q += "&continuation-token=" + url.QueryEscape(token)
 		}
-		req, err := c.v.b.newRequest(ctx, http.MethodGet, LevelBucket, bucket, "", q)
+		req, err := c.NewRequest(ctx, http.MethodGet, LevelBucket, bucket, "", q)
 		if err != nil {
 			return err
 		}
-		resp, err := c.v.b.send(req, emptySHA256)
+		resp, err := c.Send(req, sigv4.EmptySHA256)
 		if err != nil {
 			return err
 		}
@@ -49,7 +34,9 @@ func (c *StoreClient) ListKeys(ctx context.Context, bucket string, fn func(keys 
 			return err
 		}
 		if resp.StatusCode != http.StatusOK {
-			return fmt.Errorf("list %s: %s: %s", bucket, resp.Status, xmlElement(body, "Message"))
+			var e struct{ Message string }
+			_ = xml.Unmarshal(body, &e)
+			return fmt.Errorf("list %s: %s: %s", bucket, resp.Status, strings.TrimSpace(e.Message))
 		}
 		var page struct {
 			Contents []struct {

@@ -1,0 +1,178 @@
+// Package store is fencegate's S3 client toward the store behind the gateway:
+// its configuration, signing with fencegate's own credentials, path-style
+// request building, keep-alive connections whose bodies can be spliced
+// (conn.go, splice.go), and the HEAD and listing that settling, the
+// reconciler and `fencegate catalog import` use (head.go, list.go). Every call
+// takes its deadline from the caller's context; the client sets none of its
+// own. It knows nothing of the gateway or of leases.
+package store
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	v4 "github.com/aws/aws-sdk-go-v2/aws/signer/v4"
+
+	"github.com/fencegate/fencegate/sigv4"
+)
+
+// Config is the S3 store behind the gateway and fencegate's own credentials
+// for it.
+type Config struct {
+	Endpoint  string // e.g. http://127.0.0.1:8333
+	AccessKey string
+	SecretKey string
+	Region    string // "" is us-east-1
+	// InsecureTLS skips certificate checks toward the store (test stores).
+	InsecureTLS bool
+}
+
+// AttemptHeader carries fencegate's attempt id on every object it writes, so
+// the bytes at a key can be attributed (docs/DESIGN.md, W1). Clients never see
+// it, and cannot set it.
+const AttemptHeader = "x-amz-meta-fencegate-attempt"
+
+// HeadTimeout bounds a HEAD a caller makes outside the write protocol's own
+// bounds: a copy's source, a completed upload's size. It is a store call's
+// bound, not a database call's.
+const HeadTimeout = 30 * time.Second
+
+// Level is where in the S3 namespace a request addresses.
+type Level uint8
+
+const (
+	LevelService Level = iota
+	LevelBucket
+	LevelObject
+)
+
+// Client sends requests to the store, signed with fencegate's own
+// credentials. It never retries: a write whose outcome is unknown must not be
+// sent twice (docs/DESIGN.md, W4), and http.Transport replays only bodiless
+// GET/HEAD/OPTIONS on a dead idle connection, which are safe.
+type Client struct {
+	base      *url.URL
+	creds     aws.Credentials
+	region    string
+	signer    *v4.Signer
+	transport *http.Transport
+	conns     *connPool // GET and HEAD to a plain-HTTP store (conn.go)
+}
+
+// New makes a client for the store cfg names. It does not contact the store.
+func New(cfg Config) (*Client, error) {
+	u, err := url.Parse(strings.TrimRight(cfg.Endpoint, "/"))
+	if err != nil {
+		return nil, err
+	}
+	region := cfg.Region
+	if region == "" {
+		region = "us-east-1"
+	}
+	tr := &http.Transport{
+		Proxy:               nil,
+		DialContext:         (&net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
+		MaxIdleConns:        1024,
+		MaxIdleConnsPerHost: 512,
+		IdleConnTimeout:     90 * time.Second,
+		// The gateway relays bodies byte for byte: no transparent gzip.
+		DisableCompression: true,
+		WriteBufferSize:    256 << 10,
+		ReadBufferSize:     256 << 10,
+		TLSClientConfig:    &tls.Config{InsecureSkipVerify: cfg.InsecureTLS}, //nolint:gosec // opt-in, for test stores
+	}
+	c := &Client{
+		base:   u,
+		creds:  aws.Credentials{AccessKeyID: cfg.AccessKey, SecretAccessKey: cfg.SecretKey},
+		region: region,
+		signer: v4.NewSigner(func(o *v4.SignerOptions) {
+			// S3 signs the path as sent, without escaping it a second time.
+			o.DisableURIPathEscaping = true
+		}),
+		transport: tr,
+	}
+	if u.Scheme == "http" {
+		host := u.Host
+		if u.Port() == "" {
+			host = net.JoinHostPort(u.Hostname(), "80")
+		}
+		c.conns = newConnPool(host)
+	}
+	return c, nil
+}
+
+// errObjectWithoutKey: an object operation must never become a bucket-level
+// request (an empty key would turn DeleteObject into DeleteBucket, made with
+// fencegate's own credentials).
+var errObjectWithoutKey = errors.New("an object operation without a key")
+
+// NewRequest builds a path-style request at level for bucket/key with the raw
+// query rawQuery, bound to ctx. An object-level request always names its key.
+func (c *Client) NewRequest(ctx context.Context, method string, level Level, bucket, key, rawQuery string) (*http.Request, error) {
+	if level == LevelObject && (bucket == "" || key == "") {
+		return nil, errObjectWithoutKey
+	}
+	path := make([]byte, 0, len(c.base.Path)+len(bucket)+len(key)+8)
+	path = append(path, c.base.Path...)
+	if bucket != "" {
+		path = append(path, '/')
+		path = append(path, bucket...)
+		if key != "" {
+			path = append(path, '/')
+			path = sigv4.AppendEscapedPath(path, key)
+		}
+	} else {
+		path = append(path, '/')
+	}
+	req, err := http.NewRequestWithContext(ctx, method, c.base.Scheme+"://"+c.base.Host+"/", nil)
+	if err != nil {
+		return nil, err
+	}
+	// Opaque carries the path exactly as escaped here, both on the request line
+	// and in the signature.
+	req.URL.Opaque = string(path)
+	req.URL.RawQuery = rawQuery
+	return req, nil
+}
+
+// Send signs req with payloadHash (sigv4.EmptySHA256 for no body) and sends it
+// once (a bodiless read may be repeated on a fresh connection, see
+// connPool.roundTrip). req's context bounds the exchange and the answer's body.
+func (c *Client) Send(req *http.Request, payloadHash string) (*http.Response, error) {
+	req.Header.Set("X-Amz-Content-Sha256", payloadHash)
+	if err := c.signer.SignHTTP(req.Context(), c.creds, req, payloadHash, "s3", c.region, time.Now()); err != nil {
+		return nil, err
+	}
+	if c.conns != nil && (req.Method == http.MethodGet || req.Method == http.MethodHead) {
+		return c.conns.roundTrip(req)
+	}
+	return c.transport.RoundTrip(req)
+}
+
+// Ping asks the store for its bucket list with fencegate's credentials: it
+// answers, and it accepts them.
+func (c *Client) Ping(ctx context.Context) error {
+	req, err := c.NewRequest(ctx, http.MethodGet, LevelService, "", "", "")
+	if err != nil {
+		return err
+	}
+	resp, err := c.Send(req, sigv4.EmptySHA256)
+	if err != nil {
+		return err
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("the store answered %s", resp.Status)
+	}
+	return nil
+}

@@ -1,0 +1,141 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+
+	"github.com/fencegate/fencegate/sigv4"
+)
+
+// Object is what a HEAD found at a key.
+type Object struct {
+	Exists    bool
+	ETag      string // without quotes
+	Size      int64
+	AttemptID string // fencegate's attribution metadata (AttemptHeader), "" if none
+	// Checksum is the object's full checksum as the store reports it, written
+	// as ChecksumValue writes it ("crc32:<base64>"); "" if it reports none.
+	Checksum string
+	// Header is the whole answer (a copy restates some of it); nil when the
+	// key holds nothing.
+	Header http.Header
+}
+
+// ChecksumHeaders are the x-amz-checksum-* headers that carry a checksum, each
+// with the length of its base64 value.
+var ChecksumHeaders = map[string]int{
+	"x-amz-checksum-crc32": 8, "x-amz-checksum-crc32c": 8, "x-amz-checksum-crc64nvme": 12,
+	"x-amz-checksum-sha1": 28, "x-amz-checksum-sha256": 44,
+}
+
+// ChecksumValue writes a checksum header's value as Object.Checksum and the
+// catalog record it: "crc32:<base64>" for x-amz-checksum-crc32.
+func ChecksumValue(header, value string) string {
+	return strings.TrimPrefix(header, "x-amz-checksum-") + ":" + value
+}
+
+// TrimETag is an ETag without its quotes.
+func TrimETag(s string) string { return strings.Trim(strings.TrimSpace(s), `"`) }
+
+// StatusError is a store answer that is neither the object nor its absence
+// (a bad version id, a refusal, a 5xx).
+type StatusError struct {
+	Status int
+	What   string
+}
+
+func (e *StatusError) Error() string {
+	return fmt.Sprintf("%s: store answered %d %s", e.What, e.Status, http.StatusText(e.Status))
+}
+
+var errNoSuchBucket = errors.New("the store has no such bucket")
+
+// Head reports what the store holds at a key and who wrote it.
+func (c *Client) Head(ctx context.Context, bucket, key string) (Object, error) {
+	return c.HeadVersion(ctx, bucket, key, "")
+}
+
+// HeadVersion is Head of one version of a key ("": the current one). A 404
+// for a key whose bucket is missing is an error, never an absent key.
+func (c *Client) HeadVersion(ctx context.Context, bucket, key, versionID string) (Object, error) {
+	q := ""
+	if versionID != "" {
+		q = "versionId=" + url.QueryEscape(versionID)
+	}
+	req, err := c.NewRequest(ctx, http.MethodHead, LevelObject, bucket, key, q)
+	if err != nil {
+		return Object{}, err
+	}
+	// The object's stored checksum lets settling tell an unknown attempt's
+	// landing from other bytes of the same size.
+	req.Header.Set("X-Amz-Checksum-Mode", "ENABLED")
+	resp, err := c.Send(req, sigv4.EmptySHA256)
+	if err != nil {
+		return Object{}, err
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	switch resp.StatusCode {
+	case http.StatusOK:
+		size, _ := strconv.ParseInt(resp.Header.Get("Content-Length"), 10, 64)
+		return Object{
+			Exists:    true,
+			ETag:      TrimETag(resp.Header.Get("ETag")),
+			Size:      size,
+			AttemptID: resp.Header.Get(AttemptHeader),
+			Checksum:  storedChecksum(resp.Header),
+			Header:    resp.Header,
+		}, nil
+	case http.StatusNotFound:
+		// A HEAD's 404 does not say whether the key or the whole bucket is
+		// missing. A missing bucket (deleted, or a store that is not the one
+		// the catalog describes) must not be read as every key deleted.
+		if key != "" {
+			if ok, err := c.bucketExists(ctx, bucket); err != nil {
+				return Object{}, err
+			} else if !ok {
+				return Object{}, fmt.Errorf("%w: %s", errNoSuchBucket, bucket)
+			}
+		}
+		return Object{}, nil
+	default:
+		return Object{}, &StatusError{Status: resp.StatusCode, What: fmt.Sprintf("HEAD %s/%s", bucket, key)}
+	}
+}
+
+// storedChecksum is the full-object checksum a HEAD reports, as the catalog
+// records checksums ("crc32:<base64>"); a multipart object's composite
+// checksum ("...-N") is not one a single body had, so it is left out.
+func storedChecksum(h http.Header) string {
+	for name := range ChecksumHeaders {
+		if v := h.Get(name); v != "" && !strings.Contains(v, "-") {
+			return ChecksumValue(name, v)
+		}
+	}
+	return ""
+}
+
+func (c *Client) bucketExists(ctx context.Context, bucket string) (bool, error) {
+	req, err := c.NewRequest(ctx, http.MethodHead, LevelBucket, bucket, "", "")
+	if err != nil {
+		return false, err
+	}
+	resp, err := c.Send(req, sigv4.EmptySHA256)
+	if err != nil {
+		return false, err
+	}
+	resp.Body.Close()
+	switch resp.StatusCode {
+	case http.StatusOK:
+		return true, nil
+	case http.StatusNotFound:
+		return false, nil
+	}
+	return false, fmt.Errorf("HEAD bucket %s: store answered %s", bucket, resp.Status)
+}
