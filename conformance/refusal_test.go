@@ -104,7 +104,10 @@ func TestRefusalsNeverReachTheStore(t *testing.T) {
 		status int
 		code   string
 	}{
-		{"no credentials", mustRequest(t, "GET", g.URL+path), 403, "AccessDenied"},
+		// (A read without credentials goes to the store unsigned, whose ACLs
+		// decide: anonymous_test.go. A write is refused here.)
+		{"no credentials", mustRequest(t, "PUT", g.URL+path), 403, "AccessDenied"},
+		{"no credentials, an ACL", mustRequest(t, "GET", g.URL+"/"+bucket+"?acl"), 403, "AccessDenied"},
 		{"wrong secret", signedRequest(t, wrongSecret, "GET", path, now), 403, "SignatureDoesNotMatch"},
 		{"unknown key", signedRequest(t, unknown, "GET", path, now), 403, "InvalidAccessKeyId"},
 		{"tampered path", tampered, 403, "SignatureDoesNotMatch"},

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"net/url"
 	"strings"
 	"time"
@@ -33,6 +34,9 @@ type request struct {
 	// shutdown that cuts the request cancels them all.
 	batch      context.Context
 	inflightID uint64
+	// anonymousRead: a read without credentials, sent to the store unsigned
+	// so that the store's own ACLs and policies decide (anonymous.go).
+	anonymousRead bool
 }
 
 const requestStateKey = "fencegate.request"
@@ -78,23 +82,33 @@ func (s *Server) admit(ctx *fasthttp.RequestCtx) (*request, *apiError) {
 	sreq := sigv4Request(ctx)
 	sreq.ObjectChecksum = r.op.WholeObjectChecksum
 	auth, err := s.verifier.Verify(sreq)
-	if err != nil {
+	switch {
+	case errors.Is(err, sigv4.ErrNoCredentials):
+		if e := s.admitAnonymous(r, sreq); e != nil {
+			return r, e
+		}
+	case err != nil:
 		return r, asAPIError(err)
-	}
-	r.auth = auth
-	r.akey = s.keys.lookup(auth.AccessKeyID)
-	if r.akey == nil { // deleted between Verify and here
-		return r, errAccessDenied
-	}
-	if r.op.Unsupported {
-		return r, errNotImplemented
+	default:
+		r.auth = auth
+		r.akey = s.keys.lookup(auth.AccessKeyID)
+		if r.akey == nil { // deleted between Verify and here
+			return r, errAccessDenied
+		}
+		if r.op.Unsupported {
+			return r, errNotImplemented
+		}
 	}
 	perm := r.op.Perm
 	if hdr.grantsAccess() {
 		// A canned ACL or a grant can make data public at the store.
 		perm = PermAdmin
 	}
-	if !r.akey.allowed(perm, bucket) {
+	if r.anonymousRead {
+		if perm == PermAdmin {
+			return r, errAccessDenied
+		}
+	} else if !r.akey.allowed(perm, bucket) {
 		return r, errAccessDenied
 	}
 	if r.op.Level == store.LevelObject {

@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"net/url"
 	"sort"
+	"strings"
 
 	"github.com/valyala/fasthttp"
 	"golang.org/x/sync/errgroup"
@@ -26,6 +27,10 @@ type deleteOutcome struct {
 	key, version string
 	code, msg    string // empty: deleted
 	busy         bool
+	// marker: the delete made or removed a delete marker, whose version id
+	// is markerVersion (the store's x-amz-delete-marker and x-amz-version-id).
+	marker        bool
+	markerVersion string
 }
 
 const deleteWorkers = 8
@@ -97,6 +102,14 @@ func (s *Server) deleteObjects(ctx *fasthttp.RequestCtx, r *request) *apiError {
 			b = appendXMLEscaped(b, o.version)
 			b = append(b, "</VersionId>"...)
 		}
+		if o.marker {
+			b = append(b, "<DeleteMarker>true</DeleteMarker>"...)
+			if o.markerVersion != "" {
+				b = append(b, "<DeleteMarkerVersionId>"...)
+				b = appendXMLEscaped(b, o.markerVersion)
+				b = append(b, "</DeleteMarkerVersionId>"...)
+			}
+		}
 		if o.code != "" {
 			b = append(b, "<Code>"...)
 			b = appendXMLEscaped(b, o.code)
@@ -149,6 +162,17 @@ func (s *Server) deleteOne(r *request, key, version string, wait bool) deleteOut
 	body, _ := readResult(o.resp)
 	if o.resp.StatusCode/100 != 2 {
 		return fail(&apiError{Code: orDefault(xmlElement(body, "Code"), "InternalError"), Message: xmlElement(body, "Message")})
+	}
+	// As S3 reports each key: a delete without a version id in a versioned
+	// bucket made a marker (DeleteMarker, DeleteMarkerVersionId); a delete of
+	// a version that is a marker names it twice (VersionId and
+	// DeleteMarkerVersionId).
+	if strings.EqualFold(o.resp.Header.Get("X-Amz-Delete-Marker"), "true") {
+		res.marker = true
+		res.markerVersion = o.resp.Header.Get("X-Amz-Version-Id")
+		if version != "" {
+			res.markerVersion = version
+		}
 	}
 	return res
 }

@@ -99,6 +99,9 @@ type upstream struct {
 	spooled      *spooled
 	trailerName  string
 	trailerValue trailerSource
+	// unsigned: sent without fencegate's credentials (an anonymous read,
+	// anonymous.go), so the store's own ACLs decide.
+	unsigned bool
 }
 
 // replayable reports whether the request can be sent a second time: it has no
@@ -179,7 +182,7 @@ func (s *Server) buildUpstream(ctx *fasthttp.RequestCtx, r *request) (*upstream,
 		cancel()
 		return nil, errInternal
 	}
-	u := &upstream{req: req, payloadHash: sigv4.EmptySHA256, cancel: cancel}
+	u := &upstream{req: req, payloadHash: sigv4.EmptySHA256, cancel: cancel, unsigned: r.anonymousRead}
 	if r.op.Body == BodyStreamed {
 		if e := s.streamedBody(ctx, r, u); e != nil {
 			cancel()
@@ -214,7 +217,13 @@ func (u *upstream) setBody(body []byte) {
 // stalled or ended early aborted the upstream request before its end: that
 // error is the client's answer.
 func (s *Server) roundTrip(ctx *fasthttp.RequestCtx, r *request, u *upstream) (*http.Response, *apiError) {
-	resp, err := s.store.Send(u.req, u.payloadHash)
+	var resp *http.Response
+	var err error
+	if u.unsigned {
+		resp, err = s.store.SendUnsigned(u.req)
+	} else {
+		resp, err = s.store.Send(u.req, u.payloadHash)
+	}
 	if u.guard != nil {
 		if complete := u.guard.stop(); !complete {
 			ctx.SetConnectionClose()

@@ -200,7 +200,14 @@ func (s *Server) completedAlready(ctx *fasthttp.RequestCtx, r *request, a lease.
 	b = appendXMLEscaped(b, r.key)
 	b = append(b, "</Key><ETag>&quot;"...)
 	b = appendXMLEscaped(b, a.ETag)
-	b = append(b, "&quot;</ETag></CompleteMultipartUploadResult>"...)
+	b = append(b, "&quot;</ETag>"...)
+	sums := s.uploadChecksums(r, a)
+	for _, c := range sums {
+		b = append(b, "<"+c.element+">"...)
+		b = appendXMLEscaped(b, c.value)
+		b = append(b, "</"+c.element+">"...)
+	}
+	b = append(b, "</CompleteMultipartUploadResult>"...)
 	ctx.Response.Header.DisableNormalizing()
 	ctx.SetStatusCode(http.StatusOK)
 	ctx.SetContentType("application/xml")
@@ -208,4 +215,41 @@ func (s *Server) completedAlready(ctx *fasthttp.RequestCtx, r *request, a lease.
 	ctx.Response.Header.Set(generationHeader, strconv.FormatInt(a.Generation, 10))
 	ctx.SetBody(b)
 	return nil
+}
+
+// uploadChecksum is one checksum of a completed upload: the Complete's answer
+// names it in an XML element (the store's first answer carries no checksum
+// header, and neither does the repeat), the store's HEAD in a header.
+type uploadChecksum struct{ element, header, value string }
+
+// checksumElements are the Complete answer's checksum elements, by header.
+var checksumElements = []struct{ header, element string }{
+	{"x-amz-checksum-crc32", "ChecksumCRC32"}, {"x-amz-checksum-crc32c", "ChecksumCRC32C"},
+	{"x-amz-checksum-crc64nvme", "ChecksumCRC64NVME"}, {"x-amz-checksum-sha1", "ChecksumSHA1"},
+	{"x-amz-checksum-sha256", "ChecksumSHA256"}, {"x-amz-checksum-type", "ChecksumType"},
+}
+
+// uploadChecksums are the checksums the store keeps for a completed upload,
+// for a repeated Complete's answer (the catalog keeps none): read with a HEAD
+// in checksum mode, and used only when the key still holds this upload's
+// bytes (its ETag and its attempt id). Otherwise, or when the HEAD fails,
+// there are none and the answer is as before, ETag only.
+func (s *Server) uploadChecksums(r *request, a lease.Upload) []uploadChecksum {
+	hctx, cancel := context.WithTimeout(context.Background(), store.HeadTimeout)
+	defer cancel()
+	info, err := s.store.Head(hctx, r.bucket, r.key)
+	if err != nil || !info.Exists ||
+		info.ETag != a.ETag || info.AttemptID == "" || info.AttemptID != a.AttemptID {
+		return nil
+	}
+	var out []uploadChecksum
+	for _, c := range checksumElements {
+		if v := info.Header.Get(c.header); v != "" {
+			out = append(out, uploadChecksum{element: c.element, header: c.header, value: v})
+		}
+	}
+	if len(out) == 1 && out[0].element == "ChecksumType" {
+		return nil // a type without a checksum says nothing
+	}
+	return out
 }

@@ -73,6 +73,13 @@ type Config struct {
 	SpoolMemory int64
 	SpoolBudget int64
 	SpoolDir    string
+
+	// AnonymousWriteBuckets are the buckets where requests without
+	// credentials may write (PutObject, DeleteObject, DeleteObjects,
+	// multipart uploads), through the write protocol with fencegate's own
+	// credentials at the store. Elsewhere an anonymous write is AccessDenied;
+	// anonymous reads are forwarded unsigned everywhere (admit.go).
+	AnonymousWriteBuckets []string
 }
 
 func (c *Config) applyDefaults() {
@@ -167,6 +174,11 @@ func New(ctx context.Context, cfg Config, deps Deps) (*Server, error) {
 		deps.Log = slog.Default()
 	}
 	cfg.applyDefaults()
+	for _, b := range cfg.AnonymousWriteBuckets {
+		if !validBucketName(b) {
+			return nil, fmt.Errorf("anonymous write bucket %q: not a bucket name (name each bucket; there is no wildcard)", b)
+		}
+	}
 	s := &Server{cfg: cfg, deps: deps, metrics: newMetrics(), errc: make(chan error, 2)}
 	s.bodies = newBodyBudget(cfg.BodyMemory, cfg.BodyMemoryWait, s.metrics)
 	s.spool = newSpool(&cfg, s.metrics)

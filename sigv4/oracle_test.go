@@ -250,7 +250,14 @@ func TestOraclePresignedExpiry(t *testing.T) {
 	_, err = testVerifier(oracleNow.Add(-16 * time.Minute)).Verify(r)
 	wantCode(t, err, CodeAccessDenied)
 
-	for _, exp := range []string{"0", "-1", "604801", "x"} {
+	// Zero seconds of validity: expired on arrival (403), not malformed.
+	r0 := r.clone()
+	r0.RawQuery = strings.Replace(r.RawQuery, "X-Amz-Expires=7200", "X-Amz-Expires=0", 1)
+	_, err = testVerifier(oracleNow).Verify(r0)
+	if e := wantCode(t, err, CodeAccessDenied); e.Message != "Request has expired" {
+		t.Fatalf("X-Amz-Expires=0: %+v", e)
+	}
+	for _, exp := range []string{"-1", "604801", "x"} {
 		r2 := r.clone()
 		r2.RawQuery = strings.Replace(r.RawQuery, "X-Amz-Expires=7200", "X-Amz-Expires="+exp, 1)
 		_, err := testVerifier(oracleNow).Verify(r2)

@@ -107,8 +107,6 @@ func (v *Verifier) verifyPresigned(r *Request, h *headerScan) (*Auth, error) {
 		return nil, errQueryMalformed("X-Amz-Expires should be a number")
 	case expires < 0:
 		return nil, errQueryMalformed("X-Amz-Expires must be non-negative")
-	case expires == 0:
-		return nil, errQueryMalformed("X-Amz-Expires must be greater than 0")
 	case expires > maxPresignExpires:
 		return nil, errQueryMalformed("X-Amz-Expires must be less than a week (in seconds) that is 604800")
 	}
@@ -138,7 +136,10 @@ func (v *Verifier) verifyPresigned(r *Request, h *headerScan) (*Auth, error) {
 	if t.Sub(now) > v.maxSkew() {
 		return nil, errAccessDenied("Request is not valid yet")
 	}
-	if end := t.Add(time.Duration(expires) * time.Second); now.After(end) {
+	// A URL valid for zero seconds has expired when it arrives: 403, as S3,
+	// MinIO and SeaweedFS answer (ceph/s3-tests'
+	// test_object_raw_get_x_amz_expires_out_range_zero).
+	if end := t.Add(time.Duration(expires) * time.Second); expires == 0 || now.After(end) {
 		return nil, newErr(CodeAccessDenied, http.StatusForbidden, "Request has expired",
 			Field{"X-Amz-Expires", p.expires},
 			Field{"Expires", end.UTC().Format(time.RFC3339)},

@@ -33,3 +33,32 @@ func errHeadersNotSigned(name string) *Error {
 		"There were headers present in the request which were not signed",
 		Field{"HeadersNotSigned", name})
 }
+
+// Anonymous is the Auth of a request that carries no credentials at all (Verify
+// refused it with ErrNoCredentials), for a gateway that lets such a request
+// through. Nobody signed it, so its body is checked only against what the
+// request declares about itself: x-amz-content-sha256 when it is a hash,
+// Content-MD5, x-amz-checksum-* and announced trailers. A signed streaming
+// payload needs a signature to chain from and is refused.
+func Anonymous(r *Request) (*Auth, error) {
+	var h headerScan
+	h.scan(r.Headers)
+	if r.ObjectChecksum {
+		h.nChecksum = 0
+	}
+	a := Auth{Payload: PayloadUnsigned}
+	if h.nContentSHA > 0 {
+		if h.nContentSHA > 1 {
+			return nil, errInvalidArgument("x-amz-content-sha256 is repeated", "x-amz-content-sha256", h.contentSHA)
+		}
+		mode, sum, e := parsePayloadMode(h.contentSHA)
+		if e != nil {
+			return nil, e
+		}
+		if mode == PayloadStreamingSigned || mode == PayloadStreamingSignedTrailer {
+			return nil, errAccessDenied("A signed streaming payload needs a signed request.")
+		}
+		a.Payload, a.payloadHash = mode, sum
+	}
+	return newAuth(a, &h)
+}

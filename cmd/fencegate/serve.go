@@ -28,6 +28,7 @@ type serveConfig struct {
 	BackendSecret  string
 	BackendRegion  string
 	Domains        string
+	AnonWrite      string
 	LogLevel       string
 	Migrate        bool
 	DBMaxConns     int
@@ -58,6 +59,7 @@ func (c *serveConfig) define(f envFlags) {
 	f.String(&c.BackendSecret, "backend-secret-key", "FENCEGATE_BACKEND_SECRET_ACCESS_KEY", "", "the gateway's own secret key at the store")
 	f.String(&c.BackendRegion, "backend-region", "FENCEGATE_BACKEND_REGION", "us-east-1", "region the gateway signs for at the store")
 	f.String(&c.Domains, "domains", "FENCEGATE_DOMAINS", "", "comma-separated domains for virtual-host addressing (bucket.DOMAIN)")
+	f.String(&c.AnonWrite, "anonymous-write-buckets", "FENCEGATE_ANONYMOUS_WRITE_BUCKETS", "", "comma-separated buckets where requests without credentials may write (PutObject, DeleteObject(s), multipart), through the write protocol; elsewhere they are refused")
 	f.Duration(&c.BodyStallTimeout, "body-stall-timeout", "FENCEGATE_BODY_STALL_TIMEOUT", 20*time.Second, "a request body that sends nothing for this long ends with RequestTimeout")
 	f.Duration(&c.HeaderTimeout, "header-timeout", "FENCEGATE_HEADER_TIMEOUT", 10*time.Second, "a connection must send a request's complete headers within this of its accept (of its first byte on a keep-alive connection), else it is closed")
 	f.Duration(&c.IdleTimeout, "idle-timeout", "FENCEGATE_IDLE_TIMEOUT", 2*time.Minute, "how long a keep-alive connection may wait for its next request")
@@ -182,6 +184,11 @@ func runServe(ctx context.Context, cfg serveConfig, started func(s3Addr, adminAd
 	for _, d := range strings.Split(cfg.Domains, ",") {
 		if d = strings.TrimSpace(d); d != "" {
 			gcfg.Domains = append(gcfg.Domains, d)
+		}
+	}
+	for _, b := range strings.Split(cfg.AnonWrite, ",") {
+		if b = strings.TrimSpace(b); b != "" {
+			gcfg.AnonymousWriteBuckets = append(gcfg.AnonymousWriteBuckets, b)
 		}
 	}
 	leases, tracker := wiring.Protocol(pool, cfg.Lease)

@@ -158,6 +158,20 @@ func (c *Client) Send(req *http.Request, payloadHash string) (*http.Response, er
 	return c.transport.RoundTrip(req)
 }
 
+// SendUnsigned sends req without any credentials, as an anonymous client
+// would: the store answers it from its own ACLs and policies (an anonymous
+// read, gateway/anonymous.go).
+func (c *Client) SendUnsigned(req *http.Request) (*http.Response, error) {
+	req.Header.Del("Authorization")
+	req.Header.Del("X-Amz-Content-Sha256")
+	req.Header.Del("X-Amz-Date")
+	req.Header.Del("X-Amz-Security-Token")
+	if c.conns != nil && (req.Method == http.MethodGet || req.Method == http.MethodHead) {
+		return c.conns.roundTrip(req)
+	}
+	return c.transport.RoundTrip(req)
+}
+
 // Ping asks the store for its bucket list with fencegate's credentials: it
 // answers, and it accepts them.
 func (c *Client) Ping(ctx context.Context) error {
