@@ -20,16 +20,15 @@ import (
 // the store. Nothing else is open to them: ACLs still need an admin key, and
 // bucket operations, configuration and copies need a key.
 
-// anonymousReads are the operations forwarded to the store unsigned.
-var anonymousReads = map[string]bool{
-	"GetObject": true, "HeadObject": true, "ListObjects": true, "ListObjectsV2": true, "HeadBucket": true,
-}
+// anonymousUse is what a request without credentials may do with an
+// operation (Op.Anonymous).
+type anonymousUse uint8
 
-// anonymousWrites are the operations an open bucket lets through.
-var anonymousWrites = map[string]bool{
-	"PutObject": true, "DeleteObject": true, "DeleteObjects": true, "CreateMultipartUpload": true,
-	"UploadPart": true, "CompleteMultipartUpload": true, "AbortMultipartUpload": true, "ListParts": true,
-}
+const (
+	anonymousNone  anonymousUse = iota
+	anonymousRead               // sent to the store unsigned
+	anonymousWrite              // only in a bucket the operator opened
+)
 
 // anonymousID stands for the client in logs; no access key has this form
 // (keys are upper-case letters and digits).
@@ -41,9 +40,9 @@ func (s *Server) admitAnonymous(r *request, sreq *sigv4.Request) *apiError {
 	switch {
 	case r.op.Unsupported, r.bucket == "":
 		return errAccessDenied
-	case anonymousReads[r.op.Name]:
+	case r.op.Anonymous == anonymousRead:
 		r.anonymousRead = true
-	case anonymousWrites[r.op.Name] && s.anonymousWriteBucket(r.bucket):
+	case r.op.Anonymous == anonymousWrite && s.anonymousWriteBucket(r.bucket):
 	default:
 		return errAccessDenied
 	}

@@ -57,6 +57,10 @@ type Op struct {
 	// authenticates and authorizes it from its form's signed policy (POST
 	// object), so admission leaves both to it.
 	FormAuthenticated bool
+	// Anonymous is what a request without credentials may do with the
+	// operation (anonymous.go): nothing, a read sent to the store unsigned,
+	// or a write in a bucket the operator opened.
+	Anonymous anonymousUse
 	// Unsupported operations are answered NotImplemented, never forwarded, so
 	// nothing falls through to a different operation at the store.
 	Unsupported bool
@@ -78,6 +82,12 @@ type opKey struct {
 }
 
 // passThrough is an operation fencegate authenticates and forwards as it is.
+// anonymous gives a row what an anonymous request may do with it.
+func anonymous(o Op, use anonymousUse) Op {
+	o.Anonymous = use
+	return o
+}
+
 func passThrough(name string, perm Permission, body Body) Op {
 	return Op{Name: name, Perm: perm, Body: body, run: (*Server).forward}
 }
@@ -103,13 +113,13 @@ func buildOpTable() map[opKey]Op {
 	// Bucket. Creating and deleting one changes what the catalog knows.
 	add(P, bucket, "", false, Op{Name: "CreateBucket", Perm: PermAdmin, Body: BodySmall, run: (*Server).createBucket})
 	add(D, bucket, "", false, Op{Name: "DeleteBucket", Perm: PermAdmin, run: (*Server).deleteBucket})
-	add(H, bucket, "", false, passThrough("HeadBucket", PermRead, BodyNone))
-	add(G, bucket, "", false, passThrough("ListObjects", PermRead, BodyNone))
-	add(G, bucket, "list-type", false, passThrough("ListObjectsV2", PermRead, BodyNone))
+	add(H, bucket, "", false, anonymous(passThrough("HeadBucket", PermRead, BodyNone), anonymousRead))
+	add(G, bucket, "", false, anonymous(passThrough("ListObjects", PermRead, BodyNone), anonymousRead))
+	add(G, bucket, "list-type", false, anonymous(passThrough("ListObjectsV2", PermRead, BodyNone), anonymousRead))
 	add(G, bucket, "versions", false, passThrough("ListObjectVersions", PermRead, BodyNone))
 	add(G, bucket, "uploads", false, passThrough("ListMultipartUploads", PermRead, BodyNone))
 	add(G, bucket, "location", false, passThrough("GetBucketLocation", PermRead, BodyNone))
-	add(U, bucket, "delete", false, Op{Name: "DeleteObjects", Perm: PermWrite, Body: BodySmall, Publishes: true, run: (*Server).deleteObjects})
+	add(U, bucket, "delete", false, Op{Name: "DeleteObjects", Anonymous: anonymousWrite, Perm: PermWrite, Body: BodySmall, Publishes: true, run: (*Server).deleteObjects})
 	// A browser form; authenticated by its policy (postobject.go).
 	add(U, bucket, "", false, Op{Name: "PostObject", Perm: PermWrite, Body: BodyStreamed, Publishes: true, FormAuthenticated: true, run: (*Server).postObject})
 	// Bucket configuration: reads need read, changes need admin.
@@ -131,11 +141,11 @@ func buildOpTable() map[opKey]Op {
 	add(G, bucket, "policyStatus", false, passThrough("GetBucketPolicyStatus", PermRead, BodyNone))
 
 	// Object. The keyed writes run the write protocol (write.go).
-	add(P, object, "", false, Op{Name: "PutObject", Perm: PermWrite, Body: BodyStreamed, Publishes: true, Spooled: true, run: (*Server).putObject})
+	add(P, object, "", false, Op{Name: "PutObject", Anonymous: anonymousWrite, Perm: PermWrite, Body: BodyStreamed, Publishes: true, Spooled: true, run: (*Server).putObject})
 	add(P, object, "", true, Op{Name: "CopyObject", Perm: PermWrite, Publishes: true, run: (*Server).copyObject})
-	add(G, object, "", false, passThrough("GetObject", PermRead, BodyNone))
-	add(H, object, "", false, passThrough("HeadObject", PermRead, BodyNone))
-	add(D, object, "", false, Op{Name: "DeleteObject", Perm: PermWrite, Publishes: true, run: (*Server).deleteObject})
+	add(G, object, "", false, anonymous(passThrough("GetObject", PermRead, BodyNone), anonymousRead))
+	add(H, object, "", false, anonymous(passThrough("HeadObject", PermRead, BodyNone), anonymousRead))
+	add(D, object, "", false, Op{Name: "DeleteObject", Anonymous: anonymousWrite, Perm: PermWrite, Publishes: true, run: (*Server).deleteObject})
 	for _, sub := range []struct{ q, name string }{
 		{"tagging", "ObjectTagging"}, {"acl", "ObjectAcl"}, {"legal-hold", "ObjectLegalHold"}, {"retention", "ObjectRetention"},
 	} {
@@ -150,13 +160,13 @@ func buildOpTable() map[opKey]Op {
 	add(G, object, "attributes", false, passThrough("GetObjectAttributes", PermRead, BodyNone))
 	// Multipart: the upload is recorded from its Create on; only its Complete
 	// publishes (multipart.go).
-	add(U, object, "uploads", false, Op{Name: "CreateMultipartUpload", Perm: PermWrite, run: (*Server).createUpload})
-	add(P, object, "uploadId", false, passThrough("UploadPart", PermWrite, BodyStreamed))
+	add(U, object, "uploads", false, Op{Name: "CreateMultipartUpload", Anonymous: anonymousWrite, Perm: PermWrite, run: (*Server).createUpload})
+	add(P, object, "uploadId", false, anonymous(passThrough("UploadPart", PermWrite, BodyStreamed), anonymousWrite))
 	add(P, object, "uploadId", true, passThrough("UploadPartCopy", PermWrite, BodyNone))
-	add(U, object, "uploadId", false, Op{Name: "CompleteMultipartUpload", Perm: PermWrite, Body: BodySmall, Publishes: true,
+	add(U, object, "uploadId", false, Op{Name: "CompleteMultipartUpload", Anonymous: anonymousWrite, Perm: PermWrite, Body: BodySmall, Publishes: true,
 		WholeObjectChecksum: true, run: (*Server).completeUpload})
-	add(D, object, "uploadId", false, Op{Name: "AbortMultipartUpload", Perm: PermWrite, run: (*Server).abortUpload})
-	add(G, object, "uploadId", false, passThrough("ListParts", PermRead, BodyNone))
+	add(D, object, "uploadId", false, Op{Name: "AbortMultipartUpload", Anonymous: anonymousWrite, Perm: PermWrite, run: (*Server).abortUpload})
+	add(G, object, "uploadId", false, anonymous(passThrough("ListParts", PermRead, BodyNone), anonymousWrite))
 	return t
 }
 
