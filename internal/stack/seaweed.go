@@ -78,6 +78,13 @@ func StartSeaweed(ctx context.Context, bin, dir string, ports SeaweedPorts, acce
 	// -config_dir is where weed looks for security.toml first.
 	args := []string{"-config_dir=" + dir, "mini", "-dir=" + dir, "-ip=127.0.0.1", "-ip.bind=127.0.0.1",
 		"-webdav=false", "-admin.ui=false", "-master.telemetry=false",
+		// Every bucket is a collection with volumes of its own, and weed mini
+		// sizes volumes at 1 GiB and allows free disk / volume size of them:
+		// about 70 buckets on a machine with 70 GB free, after which every
+		// write to a new bucket fails with "failed to find writable volumes".
+		// 64 MiB volumes allow 16 times as many buckets (a bucket's data
+		// spreads over more volumes as it grows).
+		"-master.volumeSizeLimitMB=64",
 		"-s3.port=" + itoa(ports.S3), "-s3.port.grpc=" + itoa(ports.S3GRPC),
 		"-s3.port.iceberg=0", "-s3.port.lance=0",
 		"-master.port=" + itoa(ports.Master), "-master.port.grpc=" + itoa(ports.MasterGRPC),
