@@ -21,6 +21,7 @@ var (
 		"A conflicting conditional operation is currently in progress against this resource. Please try again.")
 	errSlowDown   = newAPIError("SlowDown", http.StatusServiceUnavailable, "Please reduce your request rate.")
 	errLeaseLost  = newAPIError("ServiceUnavailable", http.StatusServiceUnavailable, "The gateway lost its lease on the key while writing it; the outcome is being settled. Please try again.")
+	errNoSession  = newAPIError("ServiceUnavailable", http.StatusServiceUnavailable, "The gateway cannot keep its session with its database; it takes no writes until the session is back. Please try again.")
 	errUnrecorded = newAPIError("InternalError", http.StatusInternalServerError, "The store accepted the write but the gateway could not record it; it will be settled. Please try again.")
 )
 
@@ -76,6 +77,8 @@ func leaseError(err error) *apiError {
 		return errConflict
 	case errors.Is(err, lease.ErrBusy):
 		return errSlowDown
+	case errors.Is(err, lease.ErrNoSession):
+		return errNoSession
 	}
 	return errInternal
 }

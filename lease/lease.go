@@ -31,7 +31,15 @@ type Config struct {
 	ProgressEvery time.Duration
 	WaitPoll      time.Duration // how often a waiting writer retries
 	DBTimeout     time.Duration // bound on every database call
-	Gateway       string        // this process's identity, recorded on its attempts
+	Gateway       string        // this process's identity, recorded on its attempts and its session
+
+	// Gateway sessions (see session.go): the session is extended every
+	// SessionHeartbeat (2 s) to SessionTimeout (10 s) ahead on PostgreSQL's
+	// clock; the local session deadline is the last successful heartbeat's
+	// send time + SessionTimeout - SessionMargin (2 s).
+	SessionHeartbeat time.Duration
+	SessionTimeout   time.Duration
+	SessionMargin    time.Duration
 }
 
 func (c *Config) setDefaults() {
@@ -62,11 +70,21 @@ func (c *Config) setDefaults() {
 	if c.Gateway == "" {
 		c.Gateway = "fencegate"
 	}
+	if c.SessionTimeout == 0 {
+		c.SessionTimeout = 10 * time.Second
+	}
+	if c.SessionHeartbeat == 0 {
+		c.SessionHeartbeat = c.SessionTimeout / 5
+	}
+	if c.SessionMargin == 0 {
+		c.SessionMargin = c.SessionTimeout / 5
+	}
 }
 
 // Validate reports configurations under which the protocol cannot hold.
 func (c Config) Validate() error {
-	for _, d := range []time.Duration{c.TTL, c.RenewEvery, c.Margin, c.WaitMax, c.WaitLimit, c.ProgressEvery, c.WaitPoll, c.DBTimeout} {
+	for _, d := range []time.Duration{c.TTL, c.RenewEvery, c.Margin, c.WaitMax, c.WaitLimit, c.ProgressEvery, c.WaitPoll, c.DBTimeout,
+		c.SessionHeartbeat, c.SessionTimeout, c.SessionMargin} {
 		if d < 0 {
 			return errors.New("lease durations must not be negative")
 		}
@@ -74,6 +92,9 @@ func (c Config) Validate() error {
 	c.setDefaults()
 	if c.RenewEvery >= c.TTL-c.Margin {
 		return errors.New("lease renewal interval must be shorter than TTL - margin")
+	}
+	if c.SessionMargin >= c.SessionTimeout || c.SessionHeartbeat >= c.SessionTimeout-c.SessionMargin {
+		return errors.New("the session heartbeat must be shorter than the session timeout - margin")
 	}
 	if c.WaitLimit < c.WaitMax {
 		return errors.New("the maximum lease wait must be at least the lease wait")
@@ -83,8 +104,9 @@ func (c Config) Validate() error {
 
 // Driver is the SQL the protocol needs (meta.Catalog implements it).
 type Driver interface {
-	// Acquire also returns the key's state, read under the new lease.
-	Acquire(ctx context.Context, p meta.AcquireParams) (bool, *meta.KeyState, error)
+	// Acquire also returns the key's state, read under the new lease; nil
+	// while another holder is live.
+	Acquire(ctx context.Context, p meta.AcquireParams) (*meta.Acquired, error)
 	Renew(ctx context.Context, bucket, key, holder string, ttl time.Duration) (bool, error)
 	// Progress records that holder's write is moving bytes.
 	Progress(ctx context.Context, bucket, key, holder string) error
@@ -97,6 +119,11 @@ type Driver interface {
 	MarkDeadUnknown(ctx context.Context, bucket, key string) error
 	ClaimUnresolved(ctx context.Context, limit int, claimFor time.Duration) ([][2]string, error)
 	NoteTry(ctx context.Context, bucket, key, errText string) error
+
+	// Gateway sessions.
+	OpenSession(ctx context.Context, gateway string, timeout time.Duration) (string, error)
+	Heartbeat(ctx context.Context, id string, timeout time.Duration) (alive bool, live int, err error)
+	EndSession(ctx context.Context, id string) error
 }
 
 var (
@@ -122,6 +149,7 @@ type Manager struct {
 	db      Driver
 	Metrics *Metrics
 	Hooks   Hooks
+	sess    *session // nil: no session (leases live on their own expiry)
 }
 
 func NewManager(cfg Config, db Driver, m *Metrics) *Manager {
@@ -161,8 +189,12 @@ func (m *Manager) dbctx(ctx context.Context) (context.Context, context.CancelFun
 // to the store (W1, W2). A writer with its own condition gets ErrConflict while
 // the key is leased; any other waits, without reading its body, up to WaitMax,
 // and beyond it up to WaitLimit while the holder's bytes keep flowing, then
-// gets ErrBusy.
+// gets ErrBusy. While the gateway's session is down it gets ErrNoSession.
 func (m *Manager) Acquire(ctx context.Context, req Request) (*Lease, error) {
+	if _, _, err := m.sess.current(); err != nil {
+		m.Metrics.Refused.WithLabelValues("no_session").Inc()
+		return nil, err
+	}
 	id := meta.NewID()
 	p := meta.AcquireParams{
 		Bucket: req.Bucket, Key: req.Key, NoAttempt: req.settle, TTL: m.cfg.TTL,
@@ -173,20 +205,37 @@ func (m *Manager) Acquire(ctx context.Context, req Request) (*Lease, error) {
 	waitUntil, limit := start.Add(m.cfg.WaitMax), start.Add(m.cfg.WaitLimit)
 	waited := false
 	for {
+		sid, epoch, err := m.sess.current()
+		if err != nil {
+			m.Metrics.Refused.WithLabelValues("no_session").Inc()
+			return nil, err
+		}
+		p.Session = sid
 		sent := time.Now()
 		dctx, cancel := m.dbctx(ctx)
-		ok, ks, err := m.db.Acquire(dctx, p)
+		acq, err := m.db.Acquire(dctx, p)
 		cancel()
 		if err != nil {
 			return nil, err
 		}
-		if ok {
+		if acq != nil {
 			m.Metrics.Acquired.Inc()
 			if waited {
 				m.Metrics.Waited.Inc()
 			}
+			if acq.TookOverDeadSession {
+				m.Metrics.SessionTakeovers.Inc()
+				m.Metrics.SessionTakeoverDelay.Observe(acq.DeadSessionFor.Seconds())
+			}
 			l := m.newLease(req, id, sent)
-			l.acquiredState = ks
+			if !m.sess.hold(l, epoch) {
+				// The session went down while the lease was being taken: the
+				// lease cannot outlive it, so nothing is sent under it.
+				l.Finish(meta.StateFailed, "the gateway's session was lost before anything was sent")
+				m.Metrics.Refused.WithLabelValues("no_session").Inc()
+				return nil, ErrNoSession
+			}
+			l.acquiredState = acq.State
 			l.Waited = waited
 			if m.Hooks.Acquired != nil {
 				m.Hooks.Acquired(req.Bucket, req.Key, id)
@@ -346,6 +395,7 @@ func (l *Lease) noteProgress(seen *int64) {
 }
 
 func (l *Lease) stopRenewing() {
+	l.m.sess.drop(l)
 	l.stopOnce.Do(func() {
 		close(l.stop)
 		l.mu.Lock()

@@ -6,11 +6,18 @@ import "github.com/prometheus/client_golang/prometheus"
 type Metrics struct {
 	Acquired    prometheus.Counter
 	Waited      prometheus.Counter
-	Refused     *prometheus.CounterVec // reason: conflict (409), busy (503)
+	Refused     *prometheus.CounterVec // reason: conflict (409), busy (503), no_session (503)
 	Lost        prometheus.Counter
 	Commits     prometheus.Counter
 	Unknown     prometheus.Counter
 	Settlements *prometheus.CounterVec // kind: adopted, external, deleted_external, deleted_adopted, in_sync
+
+	// Gateway sessions.
+	SessionUp            prometheus.Gauge   // 1 while this gateway's session is alive (by its local deadline)
+	SessionsAlive        prometheus.Gauge   // sessions alive on the database, as of the last heartbeat
+	SessionsLost         prometheus.Counter // this gateway's session lost (local deadline passed, or found dead)
+	SessionTakeovers     prometheus.Counter // key leases taken from holders whose session was dead
+	SessionTakeoverDelay prometheus.Histogram
 }
 
 // NewMetrics makes the counters and registers them with reg (if not nil).
@@ -19,12 +26,23 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		Acquired: prometheus.NewCounter(prometheus.CounterOpts{Name: "fencegate_leases_acquired_total", Help: "Key leases acquired."}),
 		Waited:   prometheus.NewCounter(prometheus.CounterOpts{Name: "fencegate_leases_waited_total", Help: "Leases acquired after waiting for another writer."}),
 		Refused: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "fencegate_leases_refused_total",
-			Help: "Lease requests refused: conflict (409, the writer had its own condition) or busy (503 after the bounded wait)."}, []string{"reason"}),
+			Help: "Lease requests refused: conflict (409, the writer had its own condition), busy (503 after the bounded wait) or no_session (503, this gateway's session is down)."}, []string{"reason"}),
 		Lost:    prometheus.NewCounter(prometheus.CounterOpts{Name: "fencegate_leases_lost_total", Help: "Leases lost while held (renewal failed or local deadline passed)."}),
 		Commits: prometheus.NewCounter(prometheus.CounterOpts{Name: "fencegate_commits_total", Help: "Generations committed by their writer."}),
 		Unknown: prometheus.NewCounter(prometheus.CounterOpts{Name: "fencegate_unknown_outcomes_total", Help: "Writes whose outcome is unknown (kept as guards)."}),
 		Settlements: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "fencegate_settlements_total",
 			Help: "Keys settled before a write or by the reconciler, by what was found."}, []string{"kind"}),
+		SessionUp: prometheus.NewGauge(prometheus.GaugeOpts{Name: "fencegate_session_up",
+			Help: "1 while this gateway's session is alive by its local deadline (it takes writes), else 0."}),
+		SessionsAlive: prometheus.NewGauge(prometheus.GaugeOpts{Name: "fencegate_sessions_alive",
+			Help: "Gateway sessions alive on the database, as of this gateway's last heartbeat."}),
+		SessionsLost: prometheus.NewCounter(prometheus.CounterOpts{Name: "fencegate_sessions_lost_total",
+			Help: "Times this gateway's session was lost (heartbeats failed past the local deadline, or the session was found dead)."}),
+		SessionTakeovers: prometheus.NewCounter(prometheus.CounterOpts{Name: "fencegate_session_takeovers_total",
+			Help: "Key leases taken over from holders whose gateway session was dead."}),
+		SessionTakeoverDelay: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "fencegate_session_takeover_seconds",
+			Help:    "Time from a dead holder's last sign of life (its session's last heartbeat, or its end) to the takeover of its key, on the database clock.",
+			Buckets: []float64{0.5, 1, 2, 5, 8, 10, 12, 15, 20, 30, 60, 120}}),
 	}
 	if reg != nil {
 		m.Register(reg)
@@ -34,5 +52,6 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 
 // Register adds the counters to reg.
 func (m *Metrics) Register(reg prometheus.Registerer) {
-	reg.MustRegister(m.Acquired, m.Waited, m.Refused, m.Lost, m.Commits, m.Unknown, m.Settlements)
+	reg.MustRegister(m.Acquired, m.Waited, m.Refused, m.Lost, m.Commits, m.Unknown, m.Settlements,
+		m.SessionUp, m.SessionsAlive, m.SessionsLost, m.SessionTakeovers, m.SessionTakeoverDelay)
 }

@@ -90,6 +90,10 @@ func (r *Reconciler) Run(ctx context.Context) {
 // RunOnce claims one batch of keys and settles each.
 func (r *Reconciler) RunOnce(ctx context.Context) (ScanResult, error) {
 	var res ScanResult
+	// Claims made while this gateway's session is down could not be settled.
+	if _, _, err := r.m.sess.current(); err != nil {
+		return res, err
+	}
 	dctx, cancel := r.m.dbctx(ctx)
 	keys, err := r.m.db.ClaimUnresolved(dctx, r.cfg.Batch, r.cfg.ClaimFor)
 	cancel()

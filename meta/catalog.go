@@ -96,34 +96,54 @@ type AcquireParams struct {
 	// NoAttempt: the holder is a settler (the reconciler), not a write.
 	NoAttempt bool
 	TTL       time.Duration
+	// Session is the holder's gateway session ("": none, the lease lives on
+	// its own expiry alone).
+	Session string
 }
 
-// Acquire takes the key's lease for p.Attempt if it is free or expired and
-// records the attempt as leased, in one transaction (W1, W2). A previous holder
-// whose lease expired becomes unknown: it may have landed. It reports false
-// (and commits nothing) while another holder's lease is live.
-func (c *Catalog) Acquire(ctx context.Context, p AcquireParams) (bool, *KeyState, error) {
+// Acquired is a lease taken: the key's state read under it and, when it was
+// taken from a holder whose session was dead, how long that session had been
+// silent (since its last heartbeat or its end) on the database clock.
+type Acquired struct {
+	State               *KeyState
+	TookOverDeadSession bool
+	DeadSessionFor      time.Duration
+}
+
+// Acquire takes the key's lease for p.Attempt if it is free or its holder is
+// no longer live (its lease expired or its session died; see LiveLease) and
+// records the attempt as leased, in one transaction (W1, W2). A previous
+// holder that lost the lease becomes unknown: it may have landed. It returns
+// nil (and commits nothing) while another holder is live.
+func (c *Catalog) Acquire(ctx context.Context, p AcquireParams) (*Acquired, error) {
 	mode := "new"
 	if p.NoAttempt {
 		mode = "settle"
 	}
 	a := p.Attempt
 	var ok bool
+	var deadFor *float64
 	// The key's state rides in the same round trip, read after the lease row
 	// is locked: the writer settles from it (KeyState).
 	b := &pgx.Batch{}
-	b.Queue(`SELECT fencegate_acquire($1, $2, $3, $4::interval, $5, $6, $7, $8, $9, $10)`,
-		p.Bucket, p.Key, a.ID, p.TTL.String(), mode, a.Op, a.Gateway, nullSize(a.DeclaredSize), a.Checksum, nullID(a.UploadAttempt)).
-		QueryRow(func(row pgx.Row) error { return row.Scan(&ok) })
+	b.Queue(`SELECT acquired, dead_session_for FROM fencegate_acquire($1, $2, $3, $4::interval, $5, $6, $7, $8, $9, $10, $11)`,
+		p.Bucket, p.Key, a.ID, p.TTL.String(), mode, a.Op, a.Gateway, nullSize(a.DeclaredSize), a.Checksum, nullID(a.UploadAttempt),
+		nullID(p.Session)).
+		QueryRow(func(row pgx.Row) error { return row.Scan(&ok, &deadFor) })
 	ks := &KeyState{}
 	queueKeyState(b, p.Bucket, p.Key, ks)
 	if err := c.Pool.SendBatch(ctx, b).Close(); err != nil {
-		return false, nil, err
+		return nil, err
 	}
 	if !ok {
-		return false, nil, nil
+		return nil, nil
 	}
-	return true, ks, nil
+	acq := &Acquired{State: ks}
+	if deadFor != nil {
+		acq.TookOverDeadSession = true
+		acq.DeadSessionFor = time.Duration(*deadFor * float64(time.Second))
+	}
+	return acq, nil
 }
 
 func nullSize(n int64) any {
@@ -133,11 +153,11 @@ func nullSize(n int64) any {
 	return n
 }
 
-// Renew extends a live lease held by holder. false: it is no longer held (expired
-// or taken over): the holder must stop.
+// Renew extends a live lease held by holder. false: it is no longer held
+// (expired, taken over, or its session died): the holder must stop.
 func (c *Catalog) Renew(ctx context.Context, bucket, key, holder string, ttl time.Duration) (bool, error) {
 	tag, err := c.Pool.Exec(ctx, `UPDATE leases SET expires_at = clock_timestamp() + $4::interval
-		WHERE bucket = $1 AND key = $2 AND holder = $3 AND expires_at > clock_timestamp()`, bucket, key, holder, ttl.String())
+		WHERE bucket = $1 AND key = $2 AND holder = $3 AND `+liveLease, bucket, key, holder, ttl.String())
 	if err != nil {
 		return false, err
 	}
@@ -158,7 +178,7 @@ type Ending struct {
 // the key's lease.
 func (c *Catalog) Progress(ctx context.Context, bucket, key, holder string) error {
 	_, err := c.Pool.Exec(ctx, `UPDATE leases SET progress_at = clock_timestamp()
-		WHERE bucket = $1 AND key = $2 AND holder = $3 AND expires_at > clock_timestamp()`, bucket, key, holder)
+		WHERE bucket = $1 AND key = $2 AND holder = $3 AND `+liveLease, bucket, key, holder)
 	return err
 }
 
@@ -166,7 +186,7 @@ func (c *Catalog) Progress(ctx context.Context, bucket, key, holder string) erro
 // progress within the last `within`, on the database clock.
 func (c *Catalog) HolderProgressing(ctx context.Context, bucket, key string, within time.Duration) (bool, error) {
 	var ok bool
-	err := c.Pool.QueryRow(ctx, `SELECT coalesce(bool_or(expires_at > clock_timestamp()
+	err := c.Pool.QueryRow(ctx, `SELECT coalesce(bool_or(`+liveLease+`
 			AND progress_at > clock_timestamp() - $3::interval), false)
 		FROM leases WHERE bucket = $1 AND key = $2`, bucket, key, within.String()).Scan(&ok)
 	return ok, err
@@ -176,7 +196,7 @@ func (c *Catalog) HolderProgressing(ctx context.Context, bucket, key string, wit
 // moves the holder's attempt from leased to its ending's state.
 func (c *Catalog) Release(ctx context.Context, bucket, key, holder string, end Ending) error {
 	return pgx.BeginFunc(ctx, c.Pool, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, `UPDATE leases SET holder = NULL, expires_at = NULL
+		if _, err := tx.Exec(ctx, `UPDATE leases SET holder = NULL, expires_at = NULL, session = NULL
 			WHERE bucket = $1 AND key = $2 AND holder = $3`, bucket, key, holder); err != nil {
 			return err
 		}
@@ -237,10 +257,17 @@ func queueKeyState(b *pgx.Batch, bucket, key string, ks *KeyState) {
 	})
 }
 
+// liveLease is the one liveness rule, for a row of leases (unqualified
+// columns): a holder, its own expiry ahead, and its session (if it names one)
+// alive: not ended, its expiry ahead. The rule is the SQL function
+// fencegate_lease_live (migrations/0006_gateway_sessions.sql), which
+// fencegate_acquire and fencegate_commit call too.
+const liveLease = `fencegate_lease_live(holder, expires_at, session)`
+
 // holderGone is true for an attempt row `a` whose holder no longer has a live
-// lease on its key (it died, or lost the lease).
+// lease on its key (it died, lost the lease, or its session died).
 const holderGone = `NOT EXISTS (SELECT 1 FROM leases l WHERE l.bucket = a.bucket AND l.key = a.key
-	AND l.holder = a.attempt_id AND l.expires_at > clock_timestamp())`
+	AND l.holder = a.attempt_id AND fencegate_lease_live(l.holder, l.expires_at, l.session))`
 
 const attemptColumns = `attempt_id::text, bucket, key, op, state, gateway, coalesce(declared_size, -1), coalesce(checksum, ''),
 	coalesce(upload_id, ''), coalesce(upload_attempt::text, ''), coalesce(generation, 0), coalesce(etag, '')`

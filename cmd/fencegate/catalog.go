@@ -57,6 +57,12 @@ func cmdCatalog(ctx context.Context, args []string) error {
 		return err
 	}
 	leases, tracker := wiring.Protocol(pool, cfg.Lease)
+	// Its leases belong to a session of its own, like a gateway's: if the
+	// import dies, its keys are free once the session expires.
+	if err := leases.StartSession(ctx); err != nil {
+		return fmt.Errorf("open a session: %w", err)
+	}
+	defer func() { _ = leases.EndSession(context.Background()) }()
 	settler := gateway.LeaseStore(st)
 	var settled, failed atomic.Int64
 	start := time.Now()

@@ -77,6 +77,9 @@ func (c *serveConfig) define(f envFlags) {
 	f.Duration(&c.Lease.WaitMax, "lease-wait", "FENCEGATE_LEASE_WAIT", 10*time.Second, "how long a writer waits for a leased key before 503 SlowDown")
 	f.Duration(&c.Lease.WaitLimit, "lease-wait-max", "FENCEGATE_LEASE_WAIT_MAX", 60*time.Second, "how long in all a writer waits for a leased key while the holder's bytes keep flowing")
 	f.Duration(&c.Lease.DBTimeout, "db-timeout", "FENCEGATE_DB_TIMEOUT", 5*time.Second, "client-side bound on every database call of the write protocol")
+	f.Duration(&c.Lease.SessionHeartbeat, "session-heartbeat", "FENCEGATE_SESSION_HEARTBEAT", 2*time.Second, "how often the gateway extends its session on PostgreSQL's clock")
+	f.Duration(&c.Lease.SessionTimeout, "session-timeout", "FENCEGATE_SESSION_TIMEOUT", 10*time.Second, "a gateway whose session is not extended for this long is dead: its keys are free for others")
+	f.Duration(&c.Lease.SessionMargin, "session-margin", "FENCEGATE_SESSION_MARGIN", 2*time.Second, "local session deadline = last heartbeat's send time + session timeout - margin; past it, in-flight writes are cut and new ones refused")
 	f.Duration(&c.Reconcile, "reconcile-interval", "FENCEGATE_RECONCILE_INTERVAL", 20*time.Second, "reconciler period (a scan also runs at start-up)")
 	f.String(&c.ProbeBucket, "probe-bucket", "FENCEGATE_PROBE_BUCKET", "fencegate-probe", "bucket where the start-up probe proves the store rejects mismatched conditions (empty skips the probe)")
 	f.Bool(&c.RequireFencing, "require-fencing", "FENCEGATE_REQUIRE_FENCING", false, "refuse to start unless the probe proves every fenced operation and truncation safety")
@@ -111,14 +114,15 @@ func (c *serveConfig) validate() error {
 	}{
 		{"--lease-ttl", c.Lease.TTL}, {"--lease-renew", c.Lease.RenewEvery}, {"--lease-margin", c.Lease.Margin},
 		{"--lease-wait", c.Lease.WaitMax}, {"--lease-wait-max", c.Lease.WaitLimit}, {"--db-timeout", c.Lease.DBTimeout},
-		{"--reconcile-interval", c.Reconcile},
+		{"--reconcile-interval", c.Reconcile}, {"--session-heartbeat", c.Lease.SessionHeartbeat},
+		{"--session-timeout", c.Lease.SessionTimeout}, {"--session-margin", c.Lease.SessionMargin},
 	} {
 		if d.v <= 0 {
 			return fmt.Errorf("%s must be a positive duration (got %v)", d.flag, d.v)
 		}
 	}
 	if err := c.Lease.Validate(); err != nil {
-		return fmt.Errorf("--lease-renew, --lease-ttl, --lease-margin, --lease-wait-max: %w", err)
+		return fmt.Errorf("--lease-renew, --lease-ttl, --lease-margin, --lease-wait-max, --session-*: %w", err)
 	}
 	return nil
 }
@@ -192,6 +196,17 @@ func runServe(ctx context.Context, cfg serveConfig, started func(s3Addr, adminAd
 		}
 	}
 	leases, tracker := wiring.Protocol(pool, cfg.Lease)
+	// The gateway's session: every key lease it takes names it, and its keys
+	// are free for others once it ends (below, on a clean shutdown) or stops
+	// being extended (a crash, a partition).
+	if err := leases.StartSession(ctx); err != nil {
+		return fmt.Errorf("open the gateway's session: %w", err)
+	}
+	defer func() {
+		if err := leases.EndSession(context.Background()); err != nil {
+			log.Warn("could not end the gateway's session; its keys are free once it expires", "err", err)
+		}
+	}()
 	srv, err := gateway.New(ctx, gcfg, gateway.Deps{
 		Log:     log,
 		Leases:  leases,
@@ -199,6 +214,12 @@ func runServe(ctx context.Context, cfg serveConfig, started func(s3Addr, adminAd
 		Keys:    wiring.KeySource{Keys: &meta.Keys{Pool: pool, Sealer: sealer}},
 		Readiness: []gateway.Check{
 			{Name: "postgres", Run: func(ctx context.Context) error { return pool.Ping(ctx) }},
+			{Name: "session", Run: func(context.Context) error {
+				if leases.SessionID() == "" {
+					return lease.ErrNoSession
+				}
+				return nil
+			}},
 		},
 	})
 	if err != nil {
@@ -209,8 +230,17 @@ func runServe(ctx context.Context, cfg serveConfig, started func(s3Addr, adminAd
 	}
 	rec := lease.NewReconciler(lease.ReconcilerConfig{Interval: cfg.Reconcile}, leases, gateway.LeaseStore(srv.Store()), log)
 	recCtx, stopRec := context.WithCancel(ctx)
-	defer stopRec()
-	go rec.Run(recCtx)
+	recDone := make(chan struct{})
+	// Runs before the session ends (defers run last-in first-out): the
+	// reconciler's leases are released first.
+	defer func() {
+		stopRec()
+		<-recDone
+	}()
+	go func() {
+		defer close(recDone)
+		rec.Run(recCtx)
+	}()
 	log.Info("fencegate serving", "s3", srv.Addr(), "admin", srv.AdminAddr(), "backend", cfg.BackendURL)
 	if started != nil {
 		started(srv.Addr(), srv.AdminAddr())
