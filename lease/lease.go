@@ -150,6 +150,7 @@ type Manager struct {
 	Metrics *Metrics
 	Hooks   Hooks
 	sess    *session // nil: no session (leases live on their own expiry)
+	queues  keyQueues
 }
 
 func NewManager(cfg Config, db Driver, m *Metrics) *Manager {
@@ -204,6 +205,24 @@ func (m *Manager) Acquire(ctx context.Context, req Request) (*Lease, error) {
 	start := time.Now()
 	waitUntil, limit := start.Add(m.cfg.WaitMax), start.Add(m.cfg.WaitLimit)
 	waited := false
+	key := [2]string{req.Bucket, req.Key}
+	var queued *waiter // this writer's place in the key's queue (handover.go)
+	defer func() {
+		if queued != nil {
+			m.queues.leave(key, queued)
+		}
+	}()
+	if !req.ClientConditional && !req.NoWait && m.queues.waiting(key) {
+		// Others here wait for the key: take a place behind them.
+		queued = m.queues.join(key)
+		waited = true
+		if m.Hooks.Waiting != nil {
+			m.Hooks.Waiting(req.Bucket, req.Key)
+		}
+		if err := m.awaitTurn(ctx, key, queued); err != nil {
+			return nil, err
+		}
+	}
 	for {
 		sid, epoch, err := m.sess.current()
 		if err != nil {
@@ -254,13 +273,32 @@ func (m *Manager) Acquire(ctx context.Context, req Request) (*Lease, error) {
 			m.Hooks.Waiting(req.Bucket, req.Key)
 		}
 		waited = true
-		poll := m.cfg.WaitPoll/2 + rand.N(m.cfg.WaitPoll)
-		select {
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		case <-time.After(poll):
+		if queued == nil {
+			queued = m.queues.join(key)
+		}
+		if err := m.awaitTurn(ctx, key, queued); err != nil {
+			return nil, err
 		}
 	}
+}
+
+// awaitTurn waits until w should try for the key again: woken by a release
+// here, or its poll comes round (WaitPoll, jittered, for the queue's head;
+// slowPoll behind it).
+func (m *Manager) awaitTurn(ctx context.Context, key [2]string, w *waiter) error {
+	poll := slowPoll
+	if m.queues.head(key, w) {
+		poll = m.cfg.WaitPoll/2 + rand.N(m.cfg.WaitPoll)
+	}
+	t := time.NewTimer(poll)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-w.wake:
+	case <-t.C:
+	}
+	return nil
 }
 
 // holderProgressing reports, for a writer past its base wait, whether it may
@@ -440,6 +478,7 @@ func (l *Lease) Commit(ctx context.Context, landed Landed) (int64, error) {
 	l.finished = true
 	l.mu.Unlock()
 	l.m.Metrics.Commits.Inc()
+	l.m.queues.released([2]string{l.Bucket, l.Key})
 	return gen, nil
 }
 
@@ -470,6 +509,7 @@ func (l *Lease) finish(state, reason string) {
 	end := meta.Ending{State: state, Reason: reason, Fence: l.sentWith, Checksum: l.checksum}
 	l.mu.Unlock()
 	_ = l.m.db.Release(ctx, l.Bucket, l.Key, l.AttemptID, end)
+	l.m.queues.released([2]string{l.Bucket, l.Key})
 }
 
 // Sending records the condition the write goes to the store with: f when
