@@ -181,6 +181,7 @@ func devRun(ctx context.Context, args []string) error {
 		LogLevel: logLevel, DBMaxConns: 32, DBQueryTimeout: 10 * time.Second, ProbeBucket: "fencegate-probe",
 		Lease:     lease.Config{TTL: 60 * time.Second, RenewEvery: 20 * time.Second, Margin: 10 * time.Second, WaitMax: 10 * time.Second, WaitLimit: 60 * time.Second, DBTimeout: 5 * time.Second},
 		Reconcile: 20 * time.Second,
+		Lifecycle: defaultLifecycle(),
 	}
 	return runServe(ctx, cfg, func(s3Addr, adminAddr string) {
 		endpoint := "http://" + s3Addr

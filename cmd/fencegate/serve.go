@@ -35,6 +35,8 @@ type serveConfig struct {
 	DBQueryTimeout time.Duration
 	Lease          lease.Config
 	Reconcile      time.Duration
+	Lifecycle      lease.LifecycleConfig
+	ReconcileKinds string
 	ProbeBucket    string
 	RequireFencing bool
 	// BodyMemoryBytes is gateway.Config.BodyMemory, as an int flag; the
@@ -78,6 +80,7 @@ func (c *serveConfig) define(f envFlags) {
 	f.Duration(&c.Lease.WaitLimit, "lease-wait-max", "FENCEGATE_LEASE_WAIT_MAX", 60*time.Second, "how long in all a writer waits for a leased key while the holder's bytes keep flowing")
 	f.Duration(&c.Lease.DBTimeout, "db-timeout", "FENCEGATE_DB_TIMEOUT", 5*time.Second, "client-side bound on every database call of the write protocol")
 	f.Duration(&c.Reconcile, "reconcile-interval", "FENCEGATE_RECONCILE_INTERVAL", 20*time.Second, "reconciler period (a scan also runs at start-up)")
+	c.defineLifecycle(f)
 	f.String(&c.ProbeBucket, "probe-bucket", "FENCEGATE_PROBE_BUCKET", "fencegate-probe", "bucket where the start-up probe proves the store rejects mismatched conditions (empty skips the probe)")
 	f.Bool(&c.RequireFencing, "require-fencing", "FENCEGATE_REQUIRE_FENCING", false, "refuse to start unless the probe proves every fenced operation and truncation safety")
 	f.String(&c.LogLevel, "log-level", "FENCEGATE_LOG_LEVEL", "info", "debug, info, warn or error")
@@ -120,7 +123,7 @@ func (c *serveConfig) validate() error {
 	if err := c.Lease.Validate(); err != nil {
 		return fmt.Errorf("--lease-renew, --lease-ttl, --lease-margin, --lease-wait-max: %w", err)
 	}
-	return nil
+	return c.validateLifecycle()
 }
 
 func cmdServe(ctx context.Context, args []string) error {
@@ -207,10 +210,19 @@ func runServe(ctx context.Context, cfg serveConfig, started func(s3Addr, adminAd
 	if err := probeStore(ctx, srv, cfg, log); err != nil {
 		return err
 	}
-	rec := lease.NewReconciler(lease.ReconcilerConfig{Interval: cfg.Reconcile}, leases, gateway.LeaseStore(srv.Store()), log)
+	svc, err := lease.NewService(cfg.lifecycle(), leases, tracker.Catalog, gateway.LifecycleStore(srv.Store()), log)
+	if err != nil {
+		return err
+	}
+	svc.Metrics = lease.NewLifecycleMetrics(srv.Registry())
 	recCtx, stopRec := context.WithCancel(ctx)
-	defer stopRec()
-	go rec.Run(recCtx)
+	svc.Start(recCtx)
+	// Shutdown waits for the reconciler's pass in progress (its store calls
+	// are cancelled; claimed items stay claimed and are tried again).
+	defer func() {
+		stopRec()
+		svc.Wait()
+	}()
 	log.Info("fencegate serving", "s3", srv.Addr(), "admin", srv.AdminAddr(), "backend", cfg.BackendURL)
 	if started != nil {
 		started(srv.Addr(), srv.AdminAddr())
