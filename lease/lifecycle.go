@@ -56,6 +56,7 @@ type LifecycleConfig struct {
 	ForeignUploadAge time.Duration
 	AuditPage        int           // keys per ListObjectsV2 page of the incremental audit (1000)
 	AuditRest        time.Duration // a bucket's audit waits this long between pages (Interval)
+	AuditBuckets     []string      // audit only these buckets (default: every bucket the catalog knows)
 	Retention        meta.Retention
 	// Kinds run (default: all of Kinds).
 	Kinds []string
@@ -130,7 +131,7 @@ type LifecycleDriver interface {
 	UploadAbortable(ctx context.Context, attemptID string) (bool, error)
 	UploadAborted(ctx context.Context, attemptID, reason string) error
 	RetryLater(ctx context.Context, attemptID string, backoff time.Duration, errText string) error
-	ClaimAuditCursor(ctx context.Context, claimFor time.Duration) (meta.Cursor, bool, error)
+	ClaimAuditCursor(ctx context.Context, only []string, claimFor time.Duration) (meta.Cursor, bool, error)
 	AdvanceAuditCursor(ctx context.Context, cur meta.Cursor, roundDone bool, rest time.Duration) error
 	AuditCursorFailed(ctx context.Context, bucket string, backoff time.Duration, errText string) error
 	CatalogRange(ctx context.Context, bucket, prefix, after, upto string) (map[string]meta.Entry, error)

@@ -94,20 +94,22 @@ type Cursor struct {
 }
 
 // ClaimAuditCursor claims the bucket whose audit is least recently advanced
-// (every bucket the catalog knows gets a cursor), or returns false.
-func (c *Catalog) ClaimAuditCursor(ctx context.Context, claimFor time.Duration) (Cursor, bool, error) {
+// (every bucket the catalog knows gets a cursor), among only (if not empty),
+// or returns false.
+func (c *Catalog) ClaimAuditCursor(ctx context.Context, only []string, claimFor time.Duration) (Cursor, bool, error) {
 	if _, err := c.Pool.Exec(ctx, `INSERT INTO audit_cursors (bucket)
 		SELECT bucket FROM buckets UNION SELECT DISTINCT bucket FROM catalog ON CONFLICT DO NOTHING`); err != nil {
 		return Cursor{}, false, err
 	}
 	var cur Cursor
 	err := c.Pool.QueryRow(ctx, `WITH picked AS (
-			SELECT bucket FROM audit_cursors a WHERE claimed_until IS NULL OR claimed_until < clock_timestamp()
+			SELECT bucket FROM audit_cursors a WHERE (claimed_until IS NULL OR claimed_until < clock_timestamp())
+			  AND (cardinality($3::text[]) = 0 OR bucket = ANY($3))
 			ORDER BY coalesce(passed_at, '-infinity'), bucket LIMIT 1 FOR UPDATE SKIP LOCKED)
 		UPDATE audit_cursors a SET claim_token = $1, tries = tries + 1, claimed_until = clock_timestamp() + $2::interval
 		FROM picked WHERE a.bucket = picked.bucket
 		RETURNING a.bucket, a.marker, a.after_key, a.upload_key, a.upload_id, a.rounds, a.tries`,
-		NewID(), claimFor.String()).Scan(&cur.Bucket, &cur.Marker, &cur.AfterKey, &cur.UploadKey, &cur.UploadID, &cur.Rounds, &cur.Tries)
+		NewID(), claimFor.String(), only).Scan(&cur.Bucket, &cur.Marker, &cur.AfterKey, &cur.UploadKey, &cur.UploadID, &cur.Rounds, &cur.Tries)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return Cursor{}, false, nil
 	}

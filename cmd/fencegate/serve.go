@@ -37,6 +37,7 @@ type serveConfig struct {
 	Reconcile      time.Duration
 	Lifecycle      lease.LifecycleConfig
 	ReconcileKinds string
+	AuditBuckets   string
 	ProbeBucket    string
 	RequireFencing bool
 	// BodyMemoryBytes is gateway.Config.BodyMemory, as an int flag; the
