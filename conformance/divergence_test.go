@@ -3,6 +3,7 @@ package conformance
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"os"
 	"os/exec"
 	"strings"
@@ -12,6 +13,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 
+	"github.com/fencegate/fencegate/internal/faultproxy"
 	"github.com/fencegate/fencegate/internal/testenv"
 	"github.com/fencegate/fencegate/lease"
 )
@@ -107,4 +109,56 @@ func TestIncrementalAuditRepairsWritesAroundTheGateway(t *testing.T) {
 		t.Error("the foreign upload is still open at the store (policy abort)")
 	}
 	audit(t, g.Store, bucket, "a-kept", "b-deleted", "c-overwritten", "d-kept", "e-direct-new")
+}
+
+// `fencegate audit --repair` records what it finds through the settle path:
+// bytes a lost PUT landed (their attempt metadata names an attempt still
+// unknown) are adopted, a direct PUT becomes external; nothing is deleted,
+// and the next audit finds nothing.
+func TestAuditCommandRepairs(t *testing.T) {
+	fp, fep := faultStore(t)
+	g := startGateway(t, gatewayOptions{Store: &fep})
+	bucket := "t-auditcmd-" + randomSuffix()
+	createBucket(t, g.Endpoint, bucket)
+	ctx := context.Background()
+	putThrough(t, g, bucket, "kept", "kept", 200)
+	dropped := fp.DropResponse(faultproxy.MethodPath("PUT", "/"+bucket+"/lost"), 1)
+	if r := putRaw(g.Endpoint, bucket, "lost", []byte("its answer was lost"), nil); r.Status == 200 {
+		t.Fatalf("PUT with its answer lost: %+v", r)
+	}
+	if ev := <-dropped; ev.Status != 200 {
+		t.Fatalf("the store answered %d", ev.Status)
+	}
+	if _, err := g.Store.S3Client().PutObject(ctx, &s3.PutObjectInput{Bucket: &bucket, Key: aws.String("direct"),
+		Body: strings.NewReader("around the gateway")}); err != nil {
+		t.Fatal(err)
+	}
+	out, code := runAudit(t, g, bucket, "--json")
+	t.Logf("fencegate audit --json (exit %d):\n%s", code, out)
+	var findings []lease.Finding
+	if err := json.Unmarshal([]byte(out), &findings); err != nil {
+		t.Fatal(err)
+	}
+	kinds := map[string]string{}
+	for _, f := range findings {
+		kinds[f.Key] = f.Kind
+	}
+	if code != 3 || len(findings) != 2 || kinds["lost"] != lease.UnknownAttempt || kinds["direct"] != lease.Unrecorded {
+		t.Fatalf("audit exit %d, findings %v: want lost unknown_attempt, direct unrecorded", code, kinds)
+	}
+	out, code = runAudit(t, g, bucket, "--repair")
+	t.Logf("fencegate audit --repair (exit %d):\n%s", code, out)
+	if code != 0 || !strings.Contains(out, "2 repaired") {
+		t.Fatalf("audit --repair exit %d", code)
+	}
+	if out, code = runAudit(t, g, bucket); code != 0 {
+		t.Fatalf("audit after the repair (exit %d):\n%s", code, out)
+	}
+	if row, _ := catalogOf(t, bucket, "lost"); row.Origin != "adopted" {
+		t.Errorf("lost: %+v, want adopted", row)
+	}
+	if row, _ := catalogOf(t, bucket, "direct"); row.Origin != "external" {
+		t.Errorf("direct: %+v, want external", row)
+	}
+	audit(t, g.Store, bucket, "kept", "lost", "direct")
 }
