@@ -127,7 +127,7 @@ func (c *LifecycleConfig) setDefaults(ttl time.Duration) {
 type LifecycleDriver interface {
 	ClaimAbandonedUploads(ctx context.Context, limit int, idle, claimFor time.Duration) ([]meta.Upload, error)
 	UploadActive(ctx context.Context, attemptID string, at time.Time) error
-	Unclaim(ctx context.Context, attemptID string) error
+	Unclaim(ctx context.Context, attemptID string, untried bool) error
 	UploadAbortable(ctx context.Context, attemptID string) (bool, error)
 	UploadAborted(ctx context.Context, attemptID, reason string) error
 	RetryLater(ctx context.Context, attemptID string, backoff time.Duration, errText string) error

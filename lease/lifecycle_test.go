@@ -318,3 +318,71 @@ func TestServiceBatchesAndBudgets(t *testing.T) {
 		t.Fatal("an unknown foreign upload policy was accepted")
 	}
 }
+
+// A gateway stopped mid-pass and another that carries on process each
+// upload exactly once: the one whose abort was cut is tried again after its
+// back-off (two tries), those the stopped pass had claimed but not reached go
+// back with their try taken back (one try each, by the second gateway), and
+// every upload is aborted at the store once.
+func TestRestartMidPassAbortsEachUploadOnce(t *testing.T) {
+	c := catalog(t)
+	st := newLifeStore()
+	bucket := "restart-" + meta.NewID()[:8]
+	const n = 10
+	var ids, uploads []string
+	for i := range n {
+		a, u := openUpload(t, c, st, bucket, fmt.Sprintf("k%02d", i), 2*time.Hour, time.Time{})
+		ids, uploads = append(ids, a), append(uploads, u)
+	}
+	cfg := lease.LifecycleConfig{Kinds: []string{lease.KindUploads}, UploadIdle: time.Hour, RetryAfter: 200 * time.Millisecond, ClaimFor: time.Minute}
+	gated := &gatedAborts{lifeStore: st, arrived: make(chan struct{}, n)}
+	first := service(t, c, lease.NewManager(recLease, c, nil), gated, cfg)
+	ctx, stop := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { first.RunOnce(ctx); close(done) }()
+	<-gated.arrived // the first abort is in flight: the gateway stops now
+	stop()
+	<-done
+	second := service(t, c, lease.NewManager(recLease, c, nil), st, cfg)
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		second.RunOnce(context.Background())
+		aborted := 0
+		for _, id := range ids {
+			if claimOf(t, c, id).State == meta.StateAborted {
+				aborted++
+			}
+		}
+		if aborted == n {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of %d uploads aborted after the restart", aborted, n)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	tries := map[int]int{}
+	for i, id := range ids {
+		tries[claimOf(t, c, id).Tries]++
+		if a := st.abortsOf(uploads[i]); a != 1 {
+			t.Errorf("upload %d aborted %d times at the store, want once", i, a)
+		}
+	}
+	t.Logf("uploads by tries: %v", tries)
+	if tries[2] != 1 || tries[1] != n-1 {
+		t.Fatalf("uploads by tries %v: want the cut one tried twice, every other once", tries)
+	}
+}
+
+// gatedAborts holds every abort until its context ends (a gateway stopped
+// while the store call was outstanding), counting none.
+type gatedAborts struct {
+	*lifeStore
+	arrived chan struct{}
+}
+
+func (g *gatedAborts) AbortUpload(ctx context.Context, bucket, key, uploadID string) error {
+	g.arrived <- struct{}{}
+	<-ctx.Done()
+	return ctx.Err()
+}

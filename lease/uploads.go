@@ -24,9 +24,10 @@ func (s *Service) uploadsBatch(ctx context.Context, deadline time.Time) (Counts,
 	c.Claimed = len(ups)
 	for i, u := range ups {
 		if ctx.Err() != nil || time.Now().After(deadline) {
-			// Out of budget: the rest go back unclaimed for the next pass.
+			// Out of budget, or shutting down: the rest go back unclaimed,
+			// their tries taken back (no storage I/O was done for them).
 			for _, r := range ups[i:] {
-				s.dbDo(ctx, func(ctx context.Context) error { return s.db.Unclaim(ctx, r.AttemptID) })
+				_ = s.dbDo(ctx, func(ctx context.Context) error { return s.db.Unclaim(ctx, r.AttemptID, true) })
 				c.Skipped++
 			}
 			break
@@ -99,7 +100,7 @@ func (s *Service) cleanUpload(ctx context.Context, u meta.Upload) outcome {
 	l, err := s.m.Acquire(ictx, Request{Bucket: u.Bucket, Key: u.Key, Op: "settle", NoWait: true, settle: true, DeclaredSize: -1})
 	if errors.Is(err, ErrBusy) {
 		// A writer holds the key, perhaps this upload's Complete: leave it.
-		_ = s.dbDo(ctx, func(dctx context.Context) error { return s.db.Unclaim(dctx, u.AttemptID) })
+		_ = s.dbDo(ctx, func(dctx context.Context) error { return s.db.Unclaim(dctx, u.AttemptID, false) })
 		return outcomeSkipped
 	}
 	if err != nil {
@@ -114,7 +115,7 @@ func (s *Service) cleanUpload(ctx context.Context, u meta.Upload) outcome {
 		return outcomeFailed
 	}
 	if !ok {
-		_ = s.dbDo(ctx, func(dctx context.Context) error { return s.db.Unclaim(dctx, u.AttemptID) })
+		_ = s.dbDo(ctx, func(dctx context.Context) error { return s.db.Unclaim(dctx, u.AttemptID, false) })
 		return outcomeSkipped
 	}
 	actx, cancel := context.WithCancel(ictx)

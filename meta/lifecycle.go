@@ -55,8 +55,10 @@ func (c *Catalog) UploadActive(ctx context.Context, attemptID string, at time.Ti
 }
 
 // Unclaim ends an attempt's claim without a verdict (its key was busy).
-func (c *Catalog) Unclaim(ctx context.Context, attemptID string) error {
-	_, err := c.Pool.Exec(ctx, `UPDATE attempts SET claim_token = NULL, claimed_until = NULL WHERE attempt_id = $1`, attemptID)
+// untried: no storage I/O was done for it, so its try is taken back.
+func (c *Catalog) Unclaim(ctx context.Context, attemptID string, untried bool) error {
+	_, err := c.Pool.Exec(ctx, `UPDATE attempts SET claim_token = NULL, claimed_until = NULL,
+		tries = CASE WHEN $2 THEN greatest(tries - 1, 0) ELSE tries END WHERE attempt_id = $1`, attemptID, untried)
 	return err
 }
 
