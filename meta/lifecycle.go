@@ -106,7 +106,7 @@ func (c *Catalog) ClaimAuditCursor(ctx context.Context, only []string, claimFor 
 	var cur Cursor
 	err := c.Pool.QueryRow(ctx, `WITH picked AS (
 			SELECT bucket FROM audit_cursors a WHERE (claimed_until IS NULL OR claimed_until < clock_timestamp())
-			  AND (cardinality($3::text[]) = 0 OR bucket = ANY($3))
+			  AND (coalesce(cardinality($3::text[]), 0) = 0 OR bucket = ANY($3))
 			ORDER BY coalesce(passed_at, '-infinity'), bucket LIMIT 1 FOR UPDATE SKIP LOCKED)
 		UPDATE audit_cursors a SET claim_token = $1, tries = tries + 1, claimed_until = clock_timestamp() + $2::interval
 		FROM picked WHERE a.bucket = picked.bucket
