@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	dto "github.com/prometheus/client_model/go"
+
 	"github.com/fencegate/fencegate/lease"
 	"github.com/fencegate/fencegate/meta"
 )
@@ -241,6 +243,22 @@ func TestAbandonedUploads(t *testing.T) {
 	}
 	if st.abortsOf(unknownCID) != 0 || claimOf(t, c, unknownC).State != meta.StateOpen {
 		t.Fatalf("an upload whose Complete is unknown was aborted")
+	}
+	// Metrics per kind and outcome, and the backlog gauges of the last pass.
+	counter := func(outcome string) float64 {
+		var mv dto.Metric
+		if err := s.Metrics.Items.WithLabelValues(lease.KindUploads, outcome).Write(&mv); err != nil {
+			t.Fatal(err)
+		}
+		return mv.GetCounter().GetValue()
+	}
+	if counter("completed") != 1 || counter("retried") != 2 || counter("claimed") < 3 {
+		t.Fatalf("upload metrics: claimed %v, completed %v, retried %v; want at least 3, 1, 2",
+			counter("claimed"), counter("completed"), counter("retried"))
+	}
+	var gauge dto.Metric
+	if err := s.Metrics.OldestUnknown.Write(&gauge); err != nil || gauge.GetGauge().GetValue() <= 0 {
+		t.Fatalf("oldest unknown guard gauge %v (%v), want the unknown Complete try's age", gauge.GetGauge().GetValue(), err)
 	}
 }
 

@@ -58,6 +58,8 @@ func TestPruneRespectsRetention(t *testing.T) {
 		Retention: meta.Retention{Attempts: 24 * time.Hour, Outbox: time.Hour, Leases: time.Hour}}
 	s := service(t, c, m, newLifeStore(), cfg)
 	// No consumer has acknowledged anything: no outbox row goes.
+	exec(`INSERT INTO reconciler_passes (kind, gateway, started_at, duration_ms, batches, claimed, completed, retried, skipped, failed)
+		VALUES ('prune', $1, clock_timestamp() - interval '2 hours', 1, 1, 0, 0, 0, 0, 0)`, "gone-"+bucket)
 	exec(`DELETE FROM outbox_consumers`)
 	s.RunOnce(ctx)
 	if n := outboxLeft(); n != 3 {
@@ -95,6 +97,9 @@ func TestPruneRespectsRetention(t *testing.T) {
 	}
 	if !exists(`SELECT 1 FROM leases WHERE bucket = $1 AND key = 'guarded'`, bucket) {
 		t.Error("the lease row of a key with an unknown guard was pruned")
+	}
+	if exists(`SELECT 1 FROM reconciler_passes WHERE gateway = $1`, "gone-"+bucket) {
+		t.Error("the last pass of a gateway gone past the lease retention is still reported")
 	}
 	exec(`DELETE FROM outbox_consumers`)
 }

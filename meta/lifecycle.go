@@ -193,7 +193,8 @@ type Pruned struct{ Attempts, Outbox, Leases int }
 // r.Attempts that no catalog row and no unresolved Complete try points at;
 // outbox rows older than r.Outbox below every registered consumer's
 // acknowledgement (none without a consumer); lease rows not held for
-// r.Leases of keys without unresolved or open attempts or recent activity.
+// r.Leases of keys without unresolved or open attempts or recent activity,
+// and the recorded last passes of gateways that ran none for as long.
 // Unknown and leased attempts (guards) and open uploads are never pruned.
 func (c *Catalog) Prune(ctx context.Context, r Retention, limit int) (Pruned, error) {
 	var p Pruned
@@ -230,6 +231,10 @@ func (c *Catalog) Prune(ctx context.Context, r Retention, limit int) (Pruned, er
 			return p, err
 		}
 		p.Leases = int(tag.RowsAffected())
+		// Last passes of gateways gone for as long (fencegate status).
+		if _, err := c.Pool.Exec(ctx, `DELETE FROM reconciler_passes WHERE started_at < clock_timestamp() - $1::interval`, r.Leases.String()); err != nil {
+			return p, err
+		}
 	}
 	return p, nil
 }

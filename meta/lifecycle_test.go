@@ -37,3 +37,46 @@ func TestClaimAuditCursorWithoutFilter(t *testing.T) {
 		t.Fatalf("a claimed bucket was claimed again: %+v %v %v", cur, ok, err)
 	}
 }
+
+// ReadStatus counts live leases per gateway, unknown guards with the oldest's
+// age, uploads, and the outbox backlog above the slowest acknowledgement.
+func TestReadStatus(t *testing.T) {
+	c := &Catalog{Pool: migratedPool(t)}
+	ctx := context.Background()
+	before, err := c.ReadStatus(ctx, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bucket := "status-" + NewID()[:8]
+	gw := "gw-" + NewID()[:8]
+	holder := NewID()
+	ok, _, err := c.Acquire(ctx, AcquireParams{Bucket: bucket, Key: "k", TTL: time.Minute,
+		Attempt: Attempt{ID: holder, Op: "put", Gateway: gw, DeclaredSize: 1}})
+	if err != nil || !ok {
+		t.Fatalf("acquire: %v %v", ok, err)
+	}
+	guard := NewID()
+	if _, err := c.Pool.Exec(ctx, `INSERT INTO attempts (attempt_id, bucket, key, op, state, gateway, updated_at)
+		VALUES ($1, $2, 'g', 'put', 'unknown', 'x', clock_timestamp() - interval '1000 days')`, guard, bucket); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.RecordAttempt(ctx, Attempt{ID: NewID(), Bucket: bucket, Key: "u", Op: "multipart", State: StateOpen, Gateway: gw, DeclaredSize: -1, UploadID: "st-" + NewID()}); err != nil {
+		t.Fatal(err)
+	}
+	s, err := c.ReadStatus(ctx, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.LeasesHeld[gw] != 1 {
+		t.Errorf("leases held %v, want 1 for %s", s.LeasesHeld, gw)
+	}
+	if s.UnknownGuards.Count != before.UnknownGuards.Count+1 || s.UnknownGuards.OldestSeconds < 999*86400 {
+		t.Errorf("unknown guards %+v (before %+v), want one more, the oldest 1000 days old", s.UnknownGuards, before.UnknownGuards)
+	}
+	if s.Uploads.Open != before.Uploads.Open+1 {
+		t.Errorf("open uploads %d, before %d", s.Uploads.Open, before.Uploads.Open)
+	}
+	if s.Sessions != nil {
+		t.Errorf("sessions %v: reserved, null until the sessions branch fills it", s.Sessions)
+	}
+}
