@@ -174,3 +174,73 @@ func TestAbandonedUploadsSurviveStoreOutage(t *testing.T) {
 	}
 	audit(t, g.Store, bucket, "done", "held")
 }
+
+// Two gateways' reconcilers passing at once process each item exactly once,
+// counted from the attempts' try records: every abandoned upload is claimed
+// once (one try) and aborted, every unknown attempt whose bytes landed is
+// claimed once and adopted.
+func TestTwoGatewaysProcessEachItemOnce(t *testing.T) {
+	fp, fep := faultStore(t)
+	g1 := startGateway(t, gatewayOptions{Store: &fep})
+	g2 := startGateway(t, gatewayOptions{Store: &fep})
+	bucket := "t-twice-" + randomSuffix()
+	createBucket(t, g1.Endpoint, bucket)
+	ctx := context.Background()
+	c := g1.S3Client(func(o *s3.Options) { o.RetryMaxAttempts = 1 })
+	const n = 12
+	var uploads []string
+	for i := range n {
+		up, err := c.CreateMultipartUpload(ctx, &s3.CreateMultipartUploadInput{Bucket: &bucket, Key: aws.String(fmt.Sprintf("up-%02d", i))})
+		if err != nil {
+			t.Fatal(err)
+		}
+		uploads = append(uploads, *up.UploadId)
+	}
+	// Unknown attempts whose bytes landed: the store's answers are dropped.
+	for i := range n {
+		key := fmt.Sprintf("lost-%02d", i)
+		dropped := fp.DropResponse(faultproxy.MethodPath("PUT", "/"+bucket+"/"+key), 1)
+		if r := putRaw(g1.Endpoint, bucket, key, []byte("landed "+key), nil); r.Status == 200 {
+			t.Fatalf("PUT with its answer dropped: %+v", r)
+		}
+		<-dropped
+	}
+	time.Sleep(1200 * time.Millisecond)
+	cfg := lease.LifecycleConfig{Kinds: []string{lease.KindUnresolved, lease.KindUploads}, UploadIdle: time.Second, Batch: n / 3, ClaimFor: time.Minute}
+	s1, s2 := lifecycleService(t, g1, cfg), lifecycleService(t, g2, cfg)
+	results := make(chan lease.PassResult, 2)
+	for _, s := range []*lease.Service{s1, s2} {
+		go func() { results <- s.RunOnce(ctx) }()
+	}
+	for range 2 {
+		p := <-results
+		t.Logf("pass: unresolved %+v, uploads %+v", p.Kind(lease.KindUnresolved).Counts, p.Kind(lease.KindUploads).Counts)
+	}
+	pool := packageKeys(t).Pool
+	var tries []int
+	rows, err := pool.Query(ctx, `SELECT tries, state, op FROM attempts WHERE bucket = $1 ORDER BY key`, bucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for rows.Next() {
+		var tr int
+		var state, op string
+		if err := rows.Scan(&tr, &state, &op); err != nil {
+			t.Fatal(err)
+		}
+		want := map[string]string{"multipart": "aborted", "put": "adopted"}[op]
+		if tr != 1 || state != want {
+			t.Errorf("a %s attempt tried %d times, %s: want once, %s", op, tr, state, want)
+		}
+		tries = append(tries, tr)
+	}
+	if len(tries) != 2*n {
+		t.Fatalf("%d attempts, want %d", len(tries), 2*n)
+	}
+	st := storeUploads(t, g1, bucket)
+	for _, id := range uploads {
+		if st[id] {
+			t.Errorf("upload %s still at the store", id)
+		}
+	}
+}
