@@ -41,6 +41,7 @@ type testGateway struct {
 	Keys           *meta.Keys
 	Leases         *lease.Manager
 	Server         *gateway.Server
+	Service        *lease.Service // the reconciler, with gatewayOptions.Reconcile
 	// Shutdown starts a graceful shutdown; Wait returns when Serve has.
 	Shutdown func()
 	Wait     func() error
@@ -52,8 +53,12 @@ type gatewayOptions struct {
 	// DatabaseURL gives the gateway its own pool on this URL (a proxy in front
 	// of the package's database); empty shares the package pool.
 	DatabaseURL string
-	// Reconcile runs a reconciler with this interval.
+	// Reconcile runs the reconciler's lifecycle service with this interval:
+	// by default only its unresolved-attempt work kind, else as Lifecycle
+	// says (its Interval is Reconcile).
 	Reconcile     time.Duration
+	Lifecycle     *lease.LifecycleConfig
+	Signals       lease.Signals
 	ShutdownGrace time.Duration
 	BodyStall     time.Duration
 	TLS           bool
@@ -156,9 +161,19 @@ func startGateway(t *testing.T, o gatewayOptions) *testGateway {
 	if err != nil {
 		t.Fatal(err)
 	}
+	var svc *lease.Service
 	if o.Reconcile > 0 {
-		rec := lease.NewReconciler(lease.ReconcilerConfig{Interval: o.Reconcile}, leases, gateway.LeaseStore(srv.Store()), nil)
-		go rec.Run(ctx)
+		lc := lease.LifecycleConfig{Kinds: []string{lease.KindUnresolved}}
+		if o.Lifecycle != nil {
+			lc = *o.Lifecycle
+		}
+		lc.Interval = o.Reconcile
+		svc, err = lease.NewService(lc, leases, tracker.Catalog, gateway.LifecycleStore(srv.Store()), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		svc.Signals = o.Signals
+		svc.Start(ctx)
 	}
 	done := make(chan error, 1)
 	go func() { done <- srv.Serve(ctx) }()
@@ -173,9 +188,12 @@ func startGateway(t *testing.T, o gatewayOptions) *testGateway {
 		if err := wait(); err != nil {
 			t.Errorf("gateway: %v", err)
 		}
+		if svc != nil {
+			svc.Wait()
+		}
 	})
 	return &testGateway{
-		Leases: leases, Server: srv,
+		Leases: leases, Server: srv, Service: svc,
 		Shutdown: cancel, Wait: wait,
 		Endpoint: stack.Endpoint{URL: scheme + "://" + srv.Addr(), AccessKey: k.ID, SecretKey: k.Secret, Region: "us-east-1"},
 		Admin:    "http://" + srv.AdminAddr(), Store: st, StoreRequests: counter, Keys: keys,

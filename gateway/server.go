@@ -329,3 +329,41 @@ func (l leaseStore) Head(ctx context.Context, bucket, key string) (lease.Object,
 
 // Registry is where components add their metrics (the lease counters).
 func (s *Server) Registry() *prometheus.Registry { return s.metrics.reg }
+
+// LifecycleStore is c as the reconciler's lifecycle service uses it
+// (lease.LifecycleStore): listing pages, multipart uploads, aborts.
+func LifecycleStore(c *store.Client) lease.LifecycleStore { return leaseStore{c} }
+
+func (l leaseStore) ListPage(ctx context.Context, bucket, prefix, after string, max int) (lease.Page, error) {
+	p, err := l.c.ListPage(ctx, bucket, prefix, after, max)
+	out := lease.Page{Next: p.Next, Objects: make([]lease.Listed, len(p.Objects))}
+	for i, o := range p.Objects {
+		out.Objects[i] = lease.Listed{Key: o.Key, ETag: o.ETag, Size: o.Size}
+	}
+	return out, err
+}
+
+func (l leaseStore) ListUploads(ctx context.Context, bucket, keyMarker, uploadMarker string, max int) (lease.UploadsPage, error) {
+	p, err := l.c.ListMultipartUploads(ctx, bucket, keyMarker, uploadMarker, max)
+	out := lease.UploadsPage{NextKey: p.NextKey, NextUploadID: p.NextUploadID, Uploads: make([]lease.StoreUpload, len(p.Uploads))}
+	for i, u := range p.Uploads {
+		out.Uploads[i] = lease.StoreUpload{Key: u.Key, UploadID: u.UploadID, Initiated: u.Initiated}
+	}
+	return out, err
+}
+
+func (l leaseStore) LastPart(ctx context.Context, bucket, key, uploadID string) (time.Time, error) {
+	at, _, err := l.c.LastPart(ctx, bucket, key, uploadID)
+	return at, noSuchUpload(err)
+}
+
+func (l leaseStore) AbortUpload(ctx context.Context, bucket, key, uploadID string) error {
+	return noSuchUpload(l.c.AbortMultipartUpload(ctx, bucket, key, uploadID))
+}
+
+func noSuchUpload(err error) error {
+	if errors.Is(err, store.ErrNoSuchUpload) {
+		return lease.ErrNoSuchUpload
+	}
+	return err
+}

@@ -51,19 +51,24 @@ func (c *Catalog) EndSession(ctx context.Context, id string) error {
 
 // SessionInfo is a gateway session and the key leases that name it.
 type SessionInfo struct {
-	ID, Gateway                       string
-	StartedAt, HeartbeatAt, ExpiresAt time.Time
-	EndedAt                           *time.Time
-	Alive                             bool
-	Leases                            []SessionLease
+	ID          string         `json:"id"`
+	Gateway     string         `json:"gateway"`
+	StartedAt   time.Time      `json:"started_at"`
+	HeartbeatAt time.Time      `json:"heartbeat_at"`
+	ExpiresAt   time.Time      `json:"expires_at"`
+	EndedAt     *time.Time     `json:"ended_at"`
+	Alive       bool           `json:"alive"`
+	Leases      []SessionLease `json:"leases"`
 }
 
 // SessionLease is a key lease held under a session; Live applies the whole
 // liveness rule (its own expiry and its session's).
 type SessionLease struct {
-	Bucket, Key, Holder string
-	ExpiresAt           time.Time
-	Live                bool
+	Bucket    string    `json:"bucket"`
+	Key       string    `json:"key"`
+	Holder    string    `json:"holder"`
+	ExpiresAt time.Time `json:"expires_at"`
+	Live      bool      `json:"live"`
 }
 
 // Sessions lists the sessions that are alive or still named by a held lease,

@@ -182,6 +182,7 @@ func devRun(ctx context.Context, args []string) error {
 		Lease: lease.Config{TTL: 60 * time.Second, RenewEvery: 20 * time.Second, Margin: 10 * time.Second, WaitMax: 10 * time.Second, WaitLimit: 60 * time.Second, DBTimeout: 5 * time.Second,
 			SessionHeartbeat: 2 * time.Second, SessionTimeout: 10 * time.Second, SessionMargin: 2 * time.Second},
 		Reconcile: 20 * time.Second,
+		Lifecycle: defaultLifecycle(),
 	}
 	return runServe(ctx, cfg, func(s3Addr, adminAddr string) {
 		endpoint := "http://" + s3Addr

@@ -17,6 +17,8 @@ commands:
   migrate   apply the embedded database migrations
   keys      manage access keys: create, list, grant, revoke, delete
   catalog   'catalog import BUCKET': record what a bucket already holds, mark it complete
+  audit     'audit BUCKET [--prefix P] [--repair]': store vs catalog; exit 3 on divergence
+  status    leases, unknown guards, uploads, reconciler backlog and passes, outbox (--json)
   dev       local stack: 'dev run' (behind make run), 'dev exec -- CMD' (behind make test)
 
 'fencegate <command> -h' lists a command's flags and their FENCEGATE_* variables.
@@ -35,6 +37,8 @@ func main() {
 		"keys":    cmdKeys,
 		"dev":     cmdDev,
 		"catalog": cmdCatalog,
+		"audit":   cmdAudit,
+		"status":  cmdStatus,
 	}
 	name, args := os.Args[1], os.Args[2:]
 	fn, ok := cmds[name]

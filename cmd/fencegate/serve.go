@@ -35,6 +35,9 @@ type serveConfig struct {
 	DBQueryTimeout time.Duration
 	Lease          lease.Config
 	Reconcile      time.Duration
+	Lifecycle      lease.LifecycleConfig
+	ReconcileKinds string
+	AuditBuckets   string
 	ProbeBucket    string
 	RequireFencing bool
 	// BodyMemoryBytes is gateway.Config.BodyMemory, as an int flag; the
@@ -81,6 +84,7 @@ func (c *serveConfig) define(f envFlags) {
 	f.Duration(&c.Lease.SessionTimeout, "session-timeout", "FENCEGATE_SESSION_TIMEOUT", 10*time.Second, "a gateway whose session is not extended for this long is dead: its keys are free for others")
 	f.Duration(&c.Lease.SessionMargin, "session-margin", "FENCEGATE_SESSION_MARGIN", 2*time.Second, "local session deadline = last heartbeat's send time + session timeout - margin; past it, in-flight writes are cut and new ones refused")
 	f.Duration(&c.Reconcile, "reconcile-interval", "FENCEGATE_RECONCILE_INTERVAL", 20*time.Second, "reconciler period (a scan also runs at start-up)")
+	c.defineLifecycle(f)
 	f.String(&c.ProbeBucket, "probe-bucket", "FENCEGATE_PROBE_BUCKET", "fencegate-probe", "bucket where the start-up probe proves the store rejects mismatched conditions (empty skips the probe)")
 	f.Bool(&c.RequireFencing, "require-fencing", "FENCEGATE_REQUIRE_FENCING", false, "refuse to start unless the probe proves every fenced operation and truncation safety")
 	f.String(&c.LogLevel, "log-level", "FENCEGATE_LOG_LEVEL", "info", "debug, info, warn or error")
@@ -124,7 +128,7 @@ func (c *serveConfig) validate() error {
 	if err := c.Lease.Validate(); err != nil {
 		return fmt.Errorf("--lease-renew, --lease-ttl, --lease-margin, --lease-wait-max, --session-*: %w", err)
 	}
-	return nil
+	return c.validateLifecycle()
 }
 
 func cmdServe(ctx context.Context, args []string) error {
@@ -228,18 +232,20 @@ func runServe(ctx context.Context, cfg serveConfig, started func(s3Addr, adminAd
 	if err := probeStore(ctx, srv, cfg, log); err != nil {
 		return err
 	}
-	rec := lease.NewReconciler(lease.ReconcilerConfig{Interval: cfg.Reconcile}, leases, gateway.LeaseStore(srv.Store()), log)
+	svc, err := lease.NewService(cfg.lifecycle(), leases, tracker.Catalog, gateway.LifecycleStore(srv.Store()), log)
+	if err != nil {
+		return err
+	}
+	svc.Metrics = lease.NewLifecycleMetrics(srv.Registry())
 	recCtx, stopRec := context.WithCancel(ctx)
-	recDone := make(chan struct{})
+	svc.Start(recCtx)
 	// Runs before the session ends (defers run last-in first-out): the
-	// reconciler's leases are released first.
+	// reconciler's pass in progress is waited for (its store calls are
+	// cancelled; claimed items stay claimed and are tried again) and its
+	// leases are released first.
 	defer func() {
 		stopRec()
-		<-recDone
-	}()
-	go func() {
-		defer close(recDone)
-		rec.Run(recCtx)
+		svc.Wait()
 	}()
 	log.Info("fencegate serving", "s3", srv.Addr(), "admin", srv.AdminAddr(), "backend", cfg.BackendURL)
 	if started != nil {

@@ -120,3 +120,73 @@ func TestListKeysPages(t *testing.T) {
 		t.Errorf("ListKeys = %v, %v", got, err)
 	}
 }
+
+func TestListPage(t *testing.T) {
+	c := newTestClient(t, func(w http.ResponseWriter, r *http.Request) {
+		q := r.URL.Query()
+		if q.Get("list-type") != "2" || q.Get("max-keys") != "2" || q.Get("prefix") != "p/" {
+			w.WriteHeader(http.StatusBadRequest)
+			return
+		}
+		if q.Get("continuation-token") == "" {
+			fmt.Fprint(w, `<ListBucketResult><Contents><Key>p/a</Key><ETag>"e1"</ETag><Size>3</Size></Contents><IsTruncated>true</IsTruncated><NextContinuationToken>t&amp;1</NextContinuationToken></ListBucketResult>`)
+			return
+		}
+		fmt.Fprint(w, `<ListBucketResult><Contents><Key>p/c</Key><ETag>"e2"</ETag><Size>4</Size></Contents><IsTruncated>false</IsTruncated></ListBucketResult>`)
+	})
+	ctx := context.Background()
+	p, err := c.ListPage(ctx, "b", "p/", "", 2)
+	if err != nil || len(p.Objects) != 1 || p.Objects[0] != (Listed{"p/a", "e1", 3}) || p.Next != "t&1" {
+		t.Fatalf("first page %+v, %v", p, err)
+	}
+	p, err = c.ListPage(ctx, "b", "p/", p.Next, 2)
+	if err != nil || len(p.Objects) != 1 || p.Objects[0].Key != "p/c" || p.Next != "" {
+		t.Fatalf("last page %+v, %v", p, err)
+	}
+}
+
+func TestMultipartUploadCalls(t *testing.T) {
+	c := newTestClient(t, func(w http.ResponseWriter, r *http.Request) {
+		q := r.URL.Query()
+		switch {
+		case r.Method == http.MethodGet && q.Has("uploads"):
+			if q.Get("key-marker") == "" {
+				fmt.Fprint(w, `<ListMultipartUploadsResult><Upload><Key>k</Key><UploadId>u1</UploadId><Initiated>2026-01-02T03:04:05.000Z</Initiated></Upload><IsTruncated>true</IsTruncated><NextKeyMarker>k</NextKeyMarker><NextUploadIdMarker>u1</NextUploadIdMarker></ListMultipartUploadsResult>`)
+				return
+			}
+			fmt.Fprint(w, `<ListMultipartUploadsResult><IsTruncated>false</IsTruncated></ListMultipartUploadsResult>`)
+		case r.Method == http.MethodGet && q.Get("uploadId") == "u1":
+			if q.Get("part-number-marker") == "" {
+				fmt.Fprint(w, `<ListPartsResult><Part><PartNumber>1</PartNumber><LastModified>2026-01-02T03:04:05.000Z</LastModified></Part><IsTruncated>true</IsTruncated><NextPartNumberMarker>1</NextPartNumberMarker></ListPartsResult>`)
+				return
+			}
+			fmt.Fprint(w, `<ListPartsResult><Part><PartNumber>2</PartNumber><LastModified>2026-01-03T00:00:00Z</LastModified></Part><IsTruncated>false</IsTruncated></ListPartsResult>`)
+		case r.Method == http.MethodDelete && q.Get("uploadId") == "u1":
+			w.WriteHeader(http.StatusNoContent)
+		default:
+			w.WriteHeader(http.StatusNotFound)
+			fmt.Fprint(w, `<Error><Code>NoSuchUpload</Code></Error>`)
+		}
+	})
+	ctx := context.Background()
+	p, err := c.ListMultipartUploads(ctx, "b", "", "", 10)
+	if err != nil || len(p.Uploads) != 1 || p.Uploads[0].UploadID != "u1" || p.Uploads[0].Initiated.Year() != 2026 || p.NextKey != "k" || p.NextUploadID != "u1" {
+		t.Fatalf("uploads %+v, %v", p, err)
+	}
+	if p, err = c.ListMultipartUploads(ctx, "b", p.NextKey, p.NextUploadID, 10); err != nil || len(p.Uploads) != 0 || p.NextKey != "" {
+		t.Fatalf("last uploads page %+v, %v", p, err)
+	}
+	last, n, err := c.LastPart(ctx, "b", "k", "u1")
+	if err != nil || n != 2 || last.Day() != 3 {
+		t.Fatalf("LastPart = %v, %d, %v", last, n, err)
+	}
+	if err := c.AbortMultipartUpload(ctx, "b", "k", "u1"); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.AbortMultipartUpload(ctx, "b", "k", "u2"); !errors.Is(err, ErrNoSuchUpload) {
+		t.Fatalf("abort of an unknown upload: %v", err)
+	}
+	if _, _, err := c.LastPart(ctx, "b", "k", "u2"); !errors.Is(err, ErrNoSuchUpload) {
+		t.Fatalf("parts of an unknown upload: %v", err)
+	}
+}

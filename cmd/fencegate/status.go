@@ -1,0 +1,118 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"sort"
+	"text/tabwriter"
+	"time"
+
+	"github.com/fencegate/fencegate/meta"
+)
+
+const statusUsage = `usage: fencegate status [--json] [flags]
+
+Shows, from the database alone: live leases per gateway, unknown guards
+(count, oldest age), multipart uploads (open, abandoned, foreign), the
+reconciler's backlog and each gateway's last pass per work kind, and the
+outbox backlog. Takes the database and lifecycle flags of 'fencegate serve'
+(--upload-abandoned-after decides which uploads count as abandoned).
+`
+
+func cmdStatus(ctx context.Context, args []string) error {
+	var cfg serveConfig
+	f := newFlags("status")
+	f.database(&cfg.DatabaseURL)
+	cfg.defineLifecycle(f)
+	var asJSON bool
+	f.BoolVar(&asJSON, "json", false, "print JSON")
+	f.Usage = func() { fmt.Fprint(os.Stderr, statusUsage); f.PrintDefaults() }
+	if err := f.Parse(args); err != nil {
+		return err
+	}
+	if cfg.DatabaseURL == "" {
+		return fmt.Errorf("missing configuration: --database-url")
+	}
+	pool, err := meta.Open(ctx, cfg.DatabaseURL, meta.PoolConfig{MaxConns: 2, ApplicationName: "fencegate status"})
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	if err := checkSchema(ctx, pool); err != nil {
+		return err
+	}
+	s, err := (&meta.Catalog{Pool: pool}).ReadStatus(ctx, cfg.Lifecycle.UploadIdle)
+	if err != nil {
+		return err
+	}
+	if asJSON {
+		enc := json.NewEncoder(os.Stdout)
+		enc.SetIndent("", "  ")
+		return enc.Encode(s)
+	}
+	printStatus(s)
+	return nil
+}
+
+func age(seconds float64) string {
+	if seconds <= 0 {
+		return "-"
+	}
+	return (time.Duration(seconds) * time.Second).String()
+}
+
+func printStatus(s meta.Status) {
+	w := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
+	defer w.Flush()
+	fmt.Fprintln(w, "LEASES HELD\t")
+	if len(s.LeasesHeld) == 0 {
+		fmt.Fprintln(w, "  (none)\t")
+	}
+	var gws []string
+	for g := range s.LeasesHeld {
+		gws = append(gws, g)
+	}
+	sort.Strings(gws)
+	for _, g := range gws {
+		fmt.Fprintf(w, "  %s\t%d\n", g, s.LeasesHeld[g])
+	}
+	fmt.Fprintln(w, "SESSIONS\t")
+	if len(s.Sessions) == 0 {
+		fmt.Fprintln(w, "  (none)\t")
+	}
+	for _, ss := range s.Sessions {
+		state := "alive"
+		switch {
+		case ss.EndedAt != nil:
+			state = "ended"
+		case !ss.Alive:
+			state = "dead"
+		}
+		live := 0
+		for _, l := range ss.Leases {
+			if l.Live {
+				live++
+			}
+		}
+		fmt.Fprintf(w, "  %s\t%s %s, heartbeat %s ago, %d leases live\n", ss.Gateway, ss.ID[:8], state,
+			time.Since(ss.HeartbeatAt).Round(time.Second), live)
+	}
+	fmt.Fprintf(w, "UNKNOWN GUARDS\t%d (oldest %s)\n", s.UnknownGuards.Count, age(s.UnknownGuards.OldestSeconds))
+	fmt.Fprintf(w, "MULTIPART UPLOADS\topen %d, abandoned %d (oldest %s), create unknown %d, foreign %d\n",
+		s.Uploads.Open, s.Uploads.Abandoned, age(s.Uploads.OldestAbandonedSeconds), s.Uploads.Unknown, s.Uploads.Foreign)
+	fmt.Fprintf(w, "RECONCILER BACKLOG\tunresolved %d, abandoned uploads %d, audited buckets %d\n",
+		s.Backlog["unresolved"], s.Backlog["uploads"], s.Backlog["audit"])
+	fmt.Fprintf(w, "OUTBOX\t%d rows, %d consumers, backlog %d\n", s.Outbox.Rows, s.Outbox.Consumers, s.Outbox.Backlog)
+	fmt.Fprintln(w, "LAST PASSES\t")
+	if len(s.Passes) == 0 {
+		fmt.Fprintln(w, "  (none)\t")
+	} else {
+		fmt.Fprintln(w, "  KIND\tGATEWAY\tAGO\tTOOK\tBATCHES\tCLAIMED\tCOMPLETED\tRETRIED\tSKIPPED\tFAILED")
+	}
+	for _, p := range s.Passes {
+		fmt.Fprintf(w, "  %s\t%s\t%s\t%dms\t%d\t%d\t%d\t%d\t%d\t%d\n", p.Kind, p.Gateway, time.Since(p.StartedAt).Round(time.Second),
+			p.DurationMS, p.Batches, p.Claimed, p.Completed, p.Retried, p.Skipped, p.Failed)
+	}
+}

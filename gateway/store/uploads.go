@@ -1,0 +1,196 @@
+package store
+
+import (
+	"context"
+	"encoding/xml"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/fencegate/fencegate/sigv4"
+)
+
+// Listed is one object of a ListObjectsV2 page.
+type Listed struct {
+	Key  string
+	ETag string // without quotes
+	Size int64
+}
+
+// Page is one page of ListObjectsV2.
+type Page struct {
+	Objects []Listed
+	// Next is the continuation marker for the next page; "" when this page
+	// was the last.
+	Next string
+}
+
+// ListPage lists one page of at most max keys of bucket under prefix,
+// starting after the continuation marker after ("" for the start).
+func (c *Client) ListPage(ctx context.Context, bucket, prefix, after string, max int) (Page, error) {
+	q := "list-type=2&max-keys=" + strconv.Itoa(max)
+	if prefix != "" {
+		q += "&prefix=" + url.QueryEscape(prefix)
+	}
+	if after != "" {
+		q += "&continuation-token=" + url.QueryEscape(after)
+	}
+	var page struct {
+		Contents []struct {
+			Key  string
+			ETag string
+			Size int64
+		}
+		IsTruncated           bool
+		NextContinuationToken string
+	}
+	if err := c.getXML(ctx, LevelBucket, bucket, "", q, &page); err != nil {
+		return Page{}, fmt.Errorf("list %s: %w", bucket, err)
+	}
+	var p Page
+	for _, o := range page.Contents {
+		p.Objects = append(p.Objects, Listed{Key: o.Key, ETag: TrimETag(o.ETag), Size: o.Size})
+	}
+	if page.IsTruncated {
+		p.Next = page.NextContinuationToken
+	}
+	return p, nil
+}
+
+// Upload is one multipart upload in progress, as ListMultipartUploads shows it.
+type Upload struct {
+	Key, UploadID string
+	Initiated     time.Time
+}
+
+// UploadsPage is one page of ListMultipartUploads.
+type UploadsPage struct {
+	Uploads []Upload
+	// NextKey, NextUploadID continue the listing; both "" after the last page.
+	NextKey, NextUploadID string
+}
+
+// ListMultipartUploads lists one page (at most max) of bucket's uploads in
+// progress, after the key and upload id markers ("" for the start).
+func (c *Client) ListMultipartUploads(ctx context.Context, bucket, keyMarker, uploadMarker string, max int) (UploadsPage, error) {
+	q := "uploads=&max-uploads=" + strconv.Itoa(max)
+	if keyMarker != "" {
+		q += "&key-marker=" + url.QueryEscape(keyMarker)
+		if uploadMarker != "" {
+			q += "&upload-id-marker=" + url.QueryEscape(uploadMarker)
+		}
+	}
+	var page struct {
+		Upload []struct {
+			Key       string
+			UploadId  string
+			Initiated string
+		}
+		IsTruncated        bool
+		NextKeyMarker      string
+		NextUploadIdMarker string
+	}
+	if err := c.getXML(ctx, LevelBucket, bucket, "", q, &page); err != nil {
+		return UploadsPage{}, fmt.Errorf("list uploads of %s: %w", bucket, err)
+	}
+	var p UploadsPage
+	for _, u := range page.Upload {
+		at, _ := time.Parse(time.RFC3339Nano, u.Initiated)
+		p.Uploads = append(p.Uploads, Upload{Key: u.Key, UploadID: u.UploadId, Initiated: at})
+	}
+	if page.IsTruncated {
+		p.NextKey, p.NextUploadID = page.NextKeyMarker, page.NextUploadIdMarker
+	}
+	return p, nil
+}
+
+// ErrNoSuchUpload: the store does not know the upload (completed or aborted).
+var ErrNoSuchUpload = fmt.Errorf("no such upload")
+
+// LastPart is when the upload's newest part was uploaded (its last activity),
+// and how many parts it has; the zero time when it has none. It reads every
+// page of ListParts.
+func (c *Client) LastPart(ctx context.Context, bucket, key, uploadID string) (time.Time, int, error) {
+	var last time.Time
+	n := 0
+	marker := ""
+	for {
+		q := "max-parts=1000&uploadId=" + url.QueryEscape(uploadID)
+		if marker != "" {
+			q += "&part-number-marker=" + url.QueryEscape(marker)
+		}
+		var page struct {
+			Part []struct {
+				LastModified string
+			}
+			IsTruncated          bool
+			NextPartNumberMarker string
+		}
+		if err := c.getXML(ctx, LevelObject, bucket, key, q, &page); err != nil {
+			return time.Time{}, 0, err
+		}
+		for _, p := range page.Part {
+			n++
+			if at, err := time.Parse(time.RFC3339Nano, p.LastModified); err == nil && at.After(last) {
+				last = at
+			}
+		}
+		if !page.IsTruncated || page.NextPartNumberMarker == "" {
+			return last, n, nil
+		}
+		marker = page.NextPartNumberMarker
+	}
+}
+
+// AbortMultipartUpload aborts an upload. An upload the store no longer knows
+// is ErrNoSuchUpload.
+func (c *Client) AbortMultipartUpload(ctx context.Context, bucket, key, uploadID string) error {
+	req, err := c.NewRequest(ctx, http.MethodDelete, LevelObject, bucket, key, "uploadId="+url.QueryEscape(uploadID))
+	if err != nil {
+		return err
+	}
+	resp, err := c.Send(req, sigv4.EmptySHA256)
+	if err != nil {
+		return err
+	}
+	body, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	resp.Body.Close()
+	if resp.StatusCode/100 == 2 {
+		return nil
+	}
+	return statusErr(resp, body)
+}
+
+// getXML sends a GET and decodes its 200 answer into v.
+func (c *Client) getXML(ctx context.Context, level Level, bucket, key, q string, v any) error {
+	req, err := c.NewRequest(ctx, http.MethodGet, level, bucket, key, q)
+	if err != nil {
+		return err
+	}
+	resp, err := c.Send(req, sigv4.EmptySHA256)
+	if err != nil {
+		return err
+	}
+	body, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
+	resp.Body.Close()
+	if err != nil {
+		return err
+	}
+	if resp.StatusCode != http.StatusOK {
+		return statusErr(resp, body)
+	}
+	return xml.Unmarshal(body, v)
+}
+
+func statusErr(resp *http.Response, body []byte) error {
+	var e struct{ Code, Message string }
+	_ = xml.Unmarshal(body, &e)
+	if e.Code == "NoSuchUpload" {
+		return ErrNoSuchUpload
+	}
+	return fmt.Errorf("%s: %s %s", resp.Status, e.Code, strings.TrimSpace(e.Message))
+}

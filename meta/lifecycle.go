@@ -1,0 +1,259 @@
+package meta
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// The reconciler's lifecycle queries (docs/DESIGN.md, "The reconciler"). Every
+// claim stamps a token and counts a try before the caller's storage I/O, takes
+// the oldest (least recently tried) rows first, and skips rows another
+// reconciler has locked.
+
+// Upload is a multipart upload fencegate created, claimed for clean-up.
+type Upload struct {
+	AttemptID, Bucket, Key, UploadID string
+	CreatedAt                        time.Time
+	Tries                            int
+}
+
+// ClaimAbandonedUploads claims up to limit open multipart uploads created
+// through fencegate whose creation and last recorded activity are older than
+// idle, and none of whose Complete tries is leased or unknown.
+func (c *Catalog) ClaimAbandonedUploads(ctx context.Context, limit int, idle, claimFor time.Duration) ([]Upload, error) {
+	rows, err := c.Pool.Query(ctx, `WITH picked AS (
+			SELECT attempt_id FROM attempts a
+			WHERE op = 'multipart' AND state = 'open' AND upload_id IS NOT NULL
+			  AND greatest(updated_at, coalesce(activity_at, updated_at)) < clock_timestamp() - $3::interval
+			  AND (claimed_until IS NULL OR claimed_until < clock_timestamp())
+			  AND NOT EXISTS (SELECT 1 FROM attempts t WHERE t.upload_attempt = a.attempt_id AND t.state IN ('leased', 'unknown'))
+			ORDER BY coalesce(claimed_until, updated_at) LIMIT $1 FOR UPDATE SKIP LOCKED)
+		UPDATE attempts a SET claim_token = $2, tries = tries + 1,
+			claimed_until = clock_timestamp() + $4::interval
+		FROM picked WHERE a.attempt_id = picked.attempt_id
+		RETURNING a.attempt_id::text, a.bucket, a.key, a.upload_id, a.created_at, a.tries`,
+		limit, NewID(), idle.String(), claimFor.String())
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (Upload, error) {
+		var u Upload
+		err := r.Scan(&u.AttemptID, &u.Bucket, &u.Key, &u.UploadID, &u.CreatedAt, &u.Tries)
+		return u, err
+	})
+}
+
+// UploadActive records an upload's last activity (its newest part) and ends
+// its claim: it is not abandoned yet.
+func (c *Catalog) UploadActive(ctx context.Context, attemptID string, at time.Time) error {
+	_, err := c.Pool.Exec(ctx, `UPDATE attempts SET activity_at = greatest(activity_at, $2), claim_token = NULL, claimed_until = NULL, last_error = NULL
+		WHERE attempt_id = $1`, attemptID, at)
+	return err
+}
+
+// Unclaim ends an attempt's claim without a verdict (its key was busy).
+// untried: no storage I/O was done for it, so its try is taken back.
+func (c *Catalog) Unclaim(ctx context.Context, attemptID string, untried bool) error {
+	_, err := c.Pool.Exec(ctx, `UPDATE attempts SET claim_token = NULL, claimed_until = NULL,
+		tries = CASE WHEN $2 THEN greatest(tries - 1, 0) ELSE tries END WHERE attempt_id = $1`, attemptID, untried)
+	return err
+}
+
+// UploadAbortable reports, under the key's lease, that the upload is still open
+// and no Complete try of it is leased or unknown.
+func (c *Catalog) UploadAbortable(ctx context.Context, attemptID string) (bool, error) {
+	var ok bool
+	err := c.Pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM attempts a WHERE attempt_id = $1 AND state = 'open'
+		AND NOT EXISTS (SELECT 1 FROM attempts t WHERE t.upload_attempt = a.attempt_id AND t.state IN ('leased', 'unknown')))`,
+		attemptID).Scan(&ok)
+	return ok, err
+}
+
+// UploadAborted records that the reconciler aborted an abandoned upload.
+func (c *Catalog) UploadAborted(ctx context.Context, attemptID, reason string) error {
+	_, err := c.Pool.Exec(ctx, `UPDATE attempts SET state = 'aborted', reason = $2, updated_at = clock_timestamp(),
+		claim_token = NULL, claimed_until = NULL, last_error = NULL
+		WHERE attempt_id = $1 AND state = 'open'`, attemptID, reason)
+	return err
+}
+
+// RetryLater keeps an attempt's claim (its token stays) and pushes its next
+// try back by backoff: a store failure, retried without giving the item up.
+func (c *Catalog) RetryLater(ctx context.Context, attemptID string, backoff time.Duration, errText string) error {
+	_, err := c.Pool.Exec(ctx, `UPDATE attempts SET claimed_until = clock_timestamp() + $2::interval, last_error = $3
+		WHERE attempt_id = $1`, attemptID, backoff.String(), errText)
+	return err
+}
+
+// Cursor is a bucket's incremental audit position, claimed.
+type Cursor struct {
+	Bucket, Marker, AfterKey string
+	UploadKey, UploadID      string
+	Rounds, Tries            int
+}
+
+// ClaimAuditCursor claims the bucket whose audit is least recently advanced
+// (every bucket the catalog knows gets a cursor), among only (if not empty),
+// or returns false.
+func (c *Catalog) ClaimAuditCursor(ctx context.Context, only []string, claimFor time.Duration) (Cursor, bool, error) {
+	if _, err := c.Pool.Exec(ctx, `INSERT INTO audit_cursors (bucket)
+		SELECT bucket FROM buckets UNION SELECT DISTINCT bucket FROM catalog ON CONFLICT DO NOTHING`); err != nil {
+		return Cursor{}, false, err
+	}
+	var cur Cursor
+	err := c.Pool.QueryRow(ctx, `WITH picked AS (
+			SELECT bucket FROM audit_cursors a WHERE (claimed_until IS NULL OR claimed_until < clock_timestamp())
+			  AND (coalesce(cardinality($3::text[]), 0) = 0 OR bucket = ANY($3))
+			ORDER BY coalesce(passed_at, '-infinity'), bucket LIMIT 1 FOR UPDATE SKIP LOCKED)
+		UPDATE audit_cursors a SET claim_token = $1, tries = tries + 1, claimed_until = clock_timestamp() + $2::interval
+		FROM picked WHERE a.bucket = picked.bucket
+		RETURNING a.bucket, a.marker, a.after_key, a.upload_key, a.upload_id, a.rounds, a.tries`,
+		NewID(), claimFor.String(), only).Scan(&cur.Bucket, &cur.Marker, &cur.AfterKey, &cur.UploadKey, &cur.UploadID, &cur.Rounds, &cur.Tries)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return Cursor{}, false, nil
+	}
+	return cur, err == nil, err
+}
+
+// AdvanceAuditCursor stores where the bucket's audit continues and holds the
+// bucket off for rest (one page per bucket per pass).
+func (c *Catalog) AdvanceAuditCursor(ctx context.Context, cur Cursor, roundDone bool, rest time.Duration) error {
+	_, err := c.Pool.Exec(ctx, `UPDATE audit_cursors SET marker = $2, after_key = $3, upload_key = $4, upload_id = $5,
+		rounds = rounds + CASE WHEN $6 THEN 1 ELSE 0 END, tries = 0, last_error = NULL, passed_at = clock_timestamp(),
+		claim_token = NULL, claimed_until = clock_timestamp() + $7::interval
+		WHERE bucket = $1`, cur.Bucket, cur.Marker, cur.AfterKey, cur.UploadKey, cur.UploadID, roundDone, rest.String())
+	return err
+}
+
+// AuditCursorFailed keeps the cursor where it was, claimed for backoff.
+func (c *Catalog) AuditCursorFailed(ctx context.Context, bucket string, backoff time.Duration, errText string) error {
+	_, err := c.Pool.Exec(ctx, `UPDATE audit_cursors SET claimed_until = clock_timestamp() + $2::interval, last_error = $3
+		WHERE bucket = $1`, bucket, backoff.String(), errText)
+	return err
+}
+
+// CatalogRange reads the catalog's live (not deleted) rows of bucket with
+// keys in (after, upto] in byte order ("" upto: no upper bound), under prefix.
+func (c *Catalog) CatalogRange(ctx context.Context, bucket, prefix, after, upto string) (map[string]Entry, error) {
+	rows, err := c.Pool.Query(ctx, `SELECT key, generation, coalesce(etag, ''), coalesce(size, -1), coalesce(attempt_id::text, ''), origin
+		FROM catalog WHERE bucket = $1 AND NOT deleted
+		  AND key COLLATE "C" > $2 AND ($3 = '' OR key COLLATE "C" <= $3)
+		  AND ($4 = '' OR starts_with(key, $4))`, bucket, after, upto, prefix)
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]Entry{}
+	for rows.Next() {
+		var k string
+		var e Entry
+		if err := rows.Scan(&k, &e.Generation, &e.ETag, &e.Size, &e.AttemptID, &e.Origin); err != nil {
+			rows.Close()
+			return nil, err
+		}
+		out[k] = e
+	}
+	return out, rows.Err()
+}
+
+// UploadTracked reports whether fencegate created the upload (an attempt
+// names its id).
+func (c *Catalog) UploadTracked(ctx context.Context, uploadID string) (bool, error) {
+	var ok bool
+	err := c.Pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM attempts WHERE upload_id = $1)`, uploadID).Scan(&ok)
+	return ok, err
+}
+
+// ForeignUploadSeen records a multipart upload found at the store that
+// fencegate did not create; aborted marks it aborted.
+func (c *Catalog) ForeignUploadSeen(ctx context.Context, bucket, key, uploadID string, initiated time.Time, aborted bool) error {
+	var init any
+	if !initiated.IsZero() {
+		init = initiated
+	}
+	_, err := c.Pool.Exec(ctx, `INSERT INTO foreign_uploads (bucket, key, upload_id, initiated, aborted_at)
+		VALUES ($1, $2, $3, $4, CASE WHEN $5 THEN clock_timestamp() END)
+		ON CONFLICT (upload_id) DO UPDATE SET last_seen = clock_timestamp(),
+			aborted_at = coalesce(foreign_uploads.aborted_at, EXCLUDED.aborted_at)`, bucket, key, uploadID, init, aborted)
+	return err
+}
+
+// Retention says how long settled rows are kept; zero keeps them forever.
+type Retention struct {
+	Attempts, Outbox, Leases time.Duration
+}
+
+// Pruned counts one pruning batch.
+type Pruned struct{ Attempts, Outbox, Leases int }
+
+// Prune deletes at most limit rows of each kind that retention allows:
+// attempts settled (committed, adopted, failed, aborted) longer ago than
+// r.Attempts that no catalog row and no unresolved Complete try points at;
+// outbox rows older than r.Outbox below every registered consumer's
+// acknowledgement (none without a consumer); lease rows not held for
+// r.Leases of keys without unresolved or open attempts or recent activity,
+// and the recorded last passes of gateways that ran none for as long.
+// Unknown and leased attempts (guards) and open uploads are never pruned.
+func (c *Catalog) Prune(ctx context.Context, r Retention, limit int) (Pruned, error) {
+	var p Pruned
+	if r.Attempts > 0 {
+		tag, err := c.Pool.Exec(ctx, `DELETE FROM attempts WHERE attempt_id IN (
+			SELECT attempt_id FROM attempts a
+			WHERE state IN ('committed', 'adopted', 'failed', 'aborted') AND updated_at < clock_timestamp() - $1::interval
+			  AND NOT EXISTS (SELECT 1 FROM catalog c WHERE c.bucket = a.bucket AND c.key = a.key AND c.attempt_id = a.attempt_id)
+			  AND NOT EXISTS (SELECT 1 FROM attempts t WHERE t.upload_attempt = a.attempt_id AND t.state IN ('leased', 'unknown'))
+			ORDER BY updated_at LIMIT $2 FOR UPDATE SKIP LOCKED)`, r.Attempts.String(), limit)
+		if err != nil {
+			return p, err
+		}
+		p.Attempts = int(tag.RowsAffected())
+	}
+	if r.Outbox > 0 {
+		tag, err := c.Pool.Exec(ctx, `DELETE FROM outbox WHERE id IN (
+			SELECT id FROM outbox WHERE id <= (SELECT min(acked_id) FROM outbox_consumers)
+			  AND committed_at < clock_timestamp() - $1::interval
+			ORDER BY id LIMIT $2 FOR UPDATE SKIP LOCKED)`, r.Outbox.String(), limit)
+		if err != nil {
+			return p, err
+		}
+		p.Outbox = int(tag.RowsAffected())
+	}
+	if r.Leases > 0 {
+		tag, err := c.Pool.Exec(ctx, `DELETE FROM leases WHERE (bucket, key) IN (
+			SELECT bucket, key FROM leases l
+			WHERE (holder IS NULL OR expires_at < clock_timestamp() - $1::interval)
+			  AND NOT EXISTS (SELECT 1 FROM attempts a WHERE a.bucket = l.bucket AND a.key = l.key
+			      AND (a.state IN ('leased', 'unknown', 'open') OR a.updated_at > clock_timestamp() - $1::interval))
+			LIMIT $2 FOR UPDATE SKIP LOCKED)`, r.Leases.String(), limit)
+		if err != nil {
+			return p, err
+		}
+		p.Leases = int(tag.RowsAffected())
+		// Last passes of gateways gone for as long (fencegate status).
+		if _, err := c.Pool.Exec(ctx, `DELETE FROM reconciler_passes WHERE started_at < clock_timestamp() - $1::interval`, r.Leases.String()); err != nil {
+			return p, err
+		}
+	}
+	return p, nil
+}
+
+// Pass is one work kind's pass, as fencegate status reports it.
+type Pass struct {
+	Kind, Gateway                                         string
+	StartedAt                                             time.Time
+	Duration                                              time.Duration
+	Batches, Claimed, Completed, Retried, Skipped, Failed int
+}
+
+// RecordPass stores a work kind's last pass for this gateway.
+func (c *Catalog) RecordPass(ctx context.Context, p Pass) error {
+	_, err := c.Pool.Exec(ctx, `INSERT INTO reconciler_passes (kind, gateway, started_at, duration_ms, batches, claimed, completed, retried, skipped, failed)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)
+		ON CONFLICT (kind, gateway) DO UPDATE SET started_at = EXCLUDED.started_at, duration_ms = EXCLUDED.duration_ms,
+			batches = EXCLUDED.batches, claimed = EXCLUDED.claimed, completed = EXCLUDED.completed, retried = EXCLUDED.retried,
+			skipped = EXCLUDED.skipped, failed = EXCLUDED.failed`,
+		p.Kind, p.Gateway, p.StartedAt, p.Duration.Milliseconds(), p.Batches, p.Claimed, p.Completed, p.Retried, p.Skipped, p.Failed)
+	return err
+}

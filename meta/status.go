@@ -1,0 +1,146 @@
+package meta
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// Backlog is what waits for the reconciler, and the ages operators watch.
+type Backlog struct {
+	Unresolved       int // unknown attempts and leased ones whose holder is gone
+	AbandonedUploads int // open uploads fencegate created, idle past the abandoned age
+	AuditBuckets     int // buckets with an audit cursor
+	// OldestUnknown is the age of the oldest unknown guard (0: none);
+	// OldestAbandoned that of the oldest abandoned upload, since it became
+	// abandoned (0: none).
+	OldestUnknown, OldestAbandoned time.Duration
+}
+
+// Backlog counts the reconciler's backlog.
+func (c *Catalog) Backlog(ctx context.Context, uploadIdle time.Duration) (Backlog, error) {
+	var b Backlog
+	var oldUnknown, oldAbandoned float64
+	err := c.Pool.QueryRow(ctx, `SELECT
+		(SELECT count(*) FROM attempts a WHERE op <> 'multipart' AND (state = 'unknown' OR (state = 'leased' AND `+holderGone+`))),
+		(SELECT count(*) FROM attempts WHERE op = 'multipart' AND state = 'open' AND upload_id IS NOT NULL
+			AND greatest(updated_at, coalesce(activity_at, updated_at)) < clock_timestamp() - $1::interval),
+		(SELECT count(*) FROM audit_cursors),
+		coalesce((SELECT extract(epoch FROM clock_timestamp() - min(updated_at)) FROM attempts WHERE state = 'unknown' AND op <> 'multipart'), 0),
+		coalesce((SELECT extract(epoch FROM clock_timestamp() - min(greatest(updated_at, coalesce(activity_at, updated_at))) - $1::interval)
+			FROM attempts WHERE op = 'multipart' AND state = 'open' AND upload_id IS NOT NULL
+			AND greatest(updated_at, coalesce(activity_at, updated_at)) < clock_timestamp() - $1::interval), 0)`,
+		uploadIdle.String()).Scan(&b.Unresolved, &b.AbandonedUploads, &b.AuditBuckets, &oldUnknown, &oldAbandoned)
+	b.OldestUnknown = time.Duration(oldUnknown * float64(time.Second))
+	b.OldestAbandoned = time.Duration(oldAbandoned * float64(time.Second))
+	return b, err
+}
+
+// Status is what `fencegate status` shows.
+type Status struct {
+	// LeasesHeld counts live leases per gateway ("settler" for leases held
+	// by a reconciler or an import, which record no attempt).
+	LeasesHeld map[string]int `json:"leases_held"`
+	// Sessions are the gateway sessions alive or still named by a held
+	// lease, each with its leases.
+	Sessions      []SessionInfo `json:"sessions"`
+	UnknownGuards struct {
+		Count         int     `json:"count"`
+		OldestSeconds float64 `json:"oldest_seconds"`
+	} `json:"unknown_guards"`
+	Uploads struct {
+		Open                   int     `json:"open"`      // fencegate's, not completed or aborted
+		Abandoned              int     `json:"abandoned"` // of those, idle past the abandoned age
+		OldestAbandonedSeconds float64 `json:"oldest_abandoned_seconds"`
+		Unknown                int     `json:"unknown"` // CreateMultipartUpload's answer was lost
+		Foreign                int     `json:"foreign"` // found at the store, not created through fencegate, not aborted
+	} `json:"multipart_uploads"`
+	Backlog map[string]int `json:"reconciler_backlog"`
+	Passes  []PassStatus   `json:"last_passes"`
+	Outbox  struct {
+		Rows      int64 `json:"rows"`
+		Consumers int   `json:"consumers"`
+		// Backlog: rows above the slowest consumer's acknowledgement (all
+		// rows when no consumer is registered).
+		Backlog int64 `json:"backlog"`
+	} `json:"outbox"`
+}
+
+// PassStatus is a work kind's last pass on one gateway.
+type PassStatus struct {
+	Kind       string    `json:"kind"`
+	Gateway    string    `json:"gateway"`
+	StartedAt  time.Time `json:"started_at"`
+	DurationMS int64     `json:"duration_ms"`
+	Batches    int       `json:"batches"`
+	Claimed    int       `json:"claimed"`
+	Completed  int       `json:"completed"`
+	Retried    int       `json:"retried"`
+	Skipped    int       `json:"skipped"`
+	Failed     int       `json:"failed"`
+}
+
+// ReadStatus gathers the status; uploadIdle is the abandoned age.
+func (c *Catalog) ReadStatus(ctx context.Context, uploadIdle time.Duration) (Status, error) {
+	var s Status
+	s.LeasesHeld = map[string]int{}
+	rows, err := c.Pool.Query(ctx, `SELECT coalesce(a.gateway, 'settler'), count(*) FROM leases l
+		LEFT JOIN attempts a ON a.attempt_id = l.holder
+		WHERE fencegate_lease_live(l.holder, l.expires_at, l.session) GROUP BY 1 ORDER BY 1`)
+	if err != nil {
+		return s, err
+	}
+	for rows.Next() {
+		var g string
+		var n int
+		if err := rows.Scan(&g, &n); err != nil {
+			rows.Close()
+			return s, err
+		}
+		s.LeasesHeld[g] = n
+	}
+	if err := rows.Err(); err != nil {
+		return s, err
+	}
+	b, err := c.Backlog(ctx, uploadIdle)
+	if err != nil {
+		return s, err
+	}
+	s.Backlog = map[string]int{"unresolved": b.Unresolved, "uploads": b.AbandonedUploads, "audit": b.AuditBuckets}
+	s.Uploads.Abandoned = b.AbandonedUploads
+	s.Uploads.OldestAbandonedSeconds = b.OldestAbandoned.Seconds()
+	err = c.Pool.QueryRow(ctx, `SELECT
+		(SELECT count(*) FROM attempts WHERE state = 'unknown' AND op <> 'multipart'),
+		coalesce((SELECT extract(epoch FROM clock_timestamp() - min(updated_at)) FROM attempts WHERE state = 'unknown' AND op <> 'multipart'), 0),
+		(SELECT count(*) FROM attempts WHERE op = 'multipart' AND state = 'open'),
+		(SELECT count(*) FROM attempts WHERE op = 'multipart' AND state = 'unknown'),
+		(SELECT count(*) FROM foreign_uploads WHERE aborted_at IS NULL),
+		(SELECT count(*) FROM outbox),
+		(SELECT count(*) FROM outbox_consumers),
+		(SELECT count(*) FROM outbox WHERE id > coalesce((SELECT min(acked_id) FROM outbox_consumers), 0))`).Scan(
+		&s.UnknownGuards.Count, &s.UnknownGuards.OldestSeconds, &s.Uploads.Open, &s.Uploads.Unknown, &s.Uploads.Foreign,
+		&s.Outbox.Rows, &s.Outbox.Consumers, &s.Outbox.Backlog)
+	if err != nil {
+		return s, err
+	}
+	prow, err := c.Pool.Query(ctx, `SELECT kind, gateway, started_at, duration_ms, batches, claimed, completed, retried, skipped, failed
+		FROM reconciler_passes ORDER BY kind, gateway`)
+	if err != nil {
+		return s, err
+	}
+	s.Passes, err = pgx.CollectRows(prow, func(r pgx.CollectableRow) (PassStatus, error) {
+		var p PassStatus
+		err := r.Scan(&p.Kind, &p.Gateway, &p.StartedAt, &p.DurationMS, &p.Batches, &p.Claimed, &p.Completed, &p.Retried, &p.Skipped, &p.Failed)
+		return p, err
+	})
+	if err != nil {
+		return s, err
+	}
+	s.Sessions, err = c.Sessions(ctx)
+	return s, err
+}
+
+// IsNotFound reports a lookup (AttemptByID, AttemptByUpload) that found no row.
+func IsNotFound(err error) bool { return errors.Is(err, pgx.ErrNoRows) }
