@@ -308,6 +308,10 @@ func (s *Server) shutdown() {
 		s.deps.Log.Warn("shutdown grace ended with requests in flight: they were cut, their writes recorded and their leases released",
 			"err", err, "all_ended", ended)
 	}
+	// fasthttp closes only the listeners its Serve has registered: a shutdown
+	// that comes before Serve got that far would leave Serve accepting for
+	// ever. Closing the listener here ends it either way.
+	_ = s.s3Ln.Close()
 	if s.admin != nil {
 		_ = s.admin.Shutdown(sctx)
 	}

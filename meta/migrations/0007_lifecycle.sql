@@ -8,6 +8,9 @@
 ALTER TABLE attempts ADD COLUMN activity_at timestamptz;
 CREATE INDEX attempts_open_uploads ON attempts (updated_at) WHERE op = 'multipart' AND state = 'open';
 CREATE INDEX attempts_settled ON attempts (updated_at) WHERE state IN ('committed', 'adopted', 'failed', 'aborted');
+-- Pruning a key's lease row asks whether the key has any attempt with live
+-- work or recent activity: without this, one scan of attempts per lease row.
+CREATE INDEX attempts_key ON attempts (bucket, key, updated_at);
 
 -- One cursor per bucket for the incremental audit: where the next page of
 -- ListObjectsV2 (marker, and the last key already compared) and of
