@@ -1,0 +1,255 @@
+package lease
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"time"
+
+	"github.com/fencegate/fencegate/meta"
+)
+
+// A held lease: renewal and its local deadline, progress reports, and how it
+// ends (Commit, Finish, Close), recording what the write was sent with.
+
+// Lease is a held key lease. It renews itself until Commit or Finish; Lost is
+// closed if it is lost (a renewal failed or the local deadline passed), and the
+// holder must then cancel its upstream request.
+type Lease struct {
+	m           *Manager
+	Bucket, Key string
+	AttemptID   string
+	Op          string
+	Waited      bool // the key was leased when this writer came, and it waited
+	req         Request
+	// acquiredState is the key's state read with the lease, for the first
+	// Settle; later ones read it again.
+	acquiredState *meta.KeyState
+
+	lost     chan struct{}
+	lostOnce sync.Once
+	stop     chan struct{}
+	stopOnce sync.Once
+	renewer  sync.WaitGroup
+	mu       sync.Mutex
+	timer    *time.Timer
+	finished bool
+	// sentWith is the condition the write went to the store with, and
+	// checksum the body's, both recorded with the attempt's ending.
+	sentWith *string
+	checksum string
+	// progress, if set, counts the write's bytes so far (see ReportProgress).
+	progress func() int64
+}
+
+func (m *Manager) newLease(req Request, id string, sent time.Time) *Lease {
+	l := &Lease{m: m, Bucket: req.Bucket, Key: req.Key, AttemptID: id, Op: req.Op, req: req,
+		lost: make(chan struct{}), stop: make(chan struct{})}
+	// The local deadline runs on the monotonic clock from the send time of the
+	// call that (re)newed the lease, so it expires no later than the database's.
+	l.timer = time.AfterFunc(time.Until(sent.Add(m.cfg.TTL-m.cfg.Margin)), l.markLost)
+	l.renewer.Add(1)
+	go l.renew()
+	return l
+}
+
+func (l *Lease) markLost() {
+	l.lostOnce.Do(func() {
+		l.m.Metrics.Lost.Inc()
+		close(l.lost)
+	})
+}
+
+// Lost is closed when the lease is lost.
+func (l *Lease) Lost() <-chan struct{} { return l.lost }
+
+// IsLost reports whether the lease has been lost.
+func (l *Lease) IsLost() bool {
+	select {
+	case <-l.lost:
+		return true
+	default:
+		return false
+	}
+}
+
+func (l *Lease) renew() {
+	defer l.renewer.Done()
+	t := time.NewTicker(l.m.cfg.RenewEvery)
+	defer t.Stop()
+	p := time.NewTicker(l.m.cfg.ProgressEvery)
+	defer p.Stop()
+	var seen int64
+	for {
+		select {
+		case <-l.stop:
+			return
+		case <-l.lost:
+			return
+		case <-p.C:
+			l.noteProgress(&seen)
+			continue
+		case <-t.C:
+		}
+		sent := time.Now()
+		ctx, cancel := l.m.dbctx(context.Background())
+		ok, err := l.m.db.Renew(ctx, l.Bucket, l.Key, l.AttemptID, l.m.cfg.TTL)
+		cancel()
+		if err != nil || !ok {
+			l.markLost()
+			return
+		}
+		l.mu.Lock()
+		l.timer.Reset(time.Until(sent.Add(l.m.cfg.TTL - l.m.cfg.Margin)))
+		l.mu.Unlock()
+	}
+}
+
+// ReportProgress gives the lease a count of its write's bytes so far; while
+// it grows, the lease records progress every ProgressEvery, so writers
+// waiting for the key wait on (up to WaitLimit) instead of giving up.
+func (l *Lease) ReportProgress(bytesSoFar func() int64) {
+	l.mu.Lock()
+	l.progress = bytesSoFar
+	l.mu.Unlock()
+}
+
+func (l *Lease) noteProgress(seen *int64) {
+	l.mu.Lock()
+	count := l.progress
+	l.mu.Unlock()
+	if count == nil {
+		return
+	}
+	n := count()
+	if n == *seen {
+		return
+	}
+	*seen = n
+	ctx, cancel := l.m.dbctx(context.Background())
+	defer cancel()
+	_ = l.m.db.Progress(ctx, l.Bucket, l.Key, l.AttemptID)
+}
+
+func (l *Lease) stopRenewing() {
+	l.m.sess.drop(l)
+	l.stopOnce.Do(func() {
+		close(l.stop)
+		l.mu.Lock()
+		l.timer.Stop()
+		l.mu.Unlock()
+	})
+	l.renewer.Wait()
+}
+
+// Commit records the acknowledged write as the key's next generation and
+// releases the lease (W5). ErrLeaseLost means the lease expired first: the
+// bytes may be at the store, so the attempt is left unknown for settling.
+func (l *Lease) Commit(ctx context.Context, landed Landed) (int64, error) {
+	if l.m.Hooks.BeforeCommit != nil {
+		l.m.Hooks.BeforeCommit(l.Bucket, l.Key, l.AttemptID)
+	}
+	// The generation names the attempt id its bytes carry: a Complete try's
+	// upload (tagged at CreateMultipartUpload), else the attempt itself.
+	onBytes := l.AttemptID
+	if l.req.UploadAttempt != "" {
+		onBytes = l.req.UploadAttempt
+	}
+	e := meta.Entry{ETag: landed.ETag, Size: landed.Size, Deleted: landed.Deleted,
+		Origin: meta.OriginFencegate, AttemptID: onBytes}
+	dctx, cancel := l.m.dbctx(ctx)
+	defer cancel()
+	gen, err := l.m.db.Commit(dctx, meta.CommitParams{
+		Bucket: l.Bucket, Key: l.Key, Holder: l.AttemptID,
+		Settled: l.AttemptID, SettledState: meta.StateCommitted, Entry: e, Release: true,
+	})
+	l.stopRenewing()
+	if err != nil {
+		reason := "commit failed after the store acknowledged: " + err.Error()
+		if errors.Is(err, meta.ErrLeaseLost) {
+			reason = "lease lost before the commit; the store acknowledged the write"
+		}
+		l.m.Metrics.Unknown.Inc()
+		l.finish(meta.StateUnknown, reason)
+		return 0, err
+	}
+	l.mu.Lock()
+	l.finished = true
+	l.mu.Unlock()
+	l.m.Metrics.Commits.Inc()
+	l.m.queues.released([2]string{l.Bucket, l.Key})
+	return gen, nil
+}
+
+// Finish ends the attempt without a commit and releases the lease: failed
+// (proven not written) or unknown (may have landed: kept as a guard).
+func (l *Lease) Finish(state, reason string) {
+	l.stopRenewing()
+	if state == meta.StateUnknown {
+		l.m.Metrics.Unknown.Inc()
+	}
+	l.finish(state, reason)
+}
+
+func (l *Lease) finish(state, reason string) {
+	l.mu.Lock()
+	if l.finished {
+		l.mu.Unlock()
+		return
+	}
+	l.finished = true
+	l.mu.Unlock()
+	// Best effort on a fresh context: the request's may be gone. If this fails
+	// the lease simply expires and the attempt is settled by the next writer or
+	// the reconciler.
+	ctx, cancel := l.m.dbctx(context.Background())
+	defer cancel()
+	l.mu.Lock()
+	end := meta.Ending{State: state, Reason: reason, Fence: l.sentWith, Checksum: l.checksum}
+	l.mu.Unlock()
+	_ = l.m.db.Release(ctx, l.Bucket, l.Key, l.AttemptID, end)
+	l.m.queues.released([2]string{l.Bucket, l.Key})
+}
+
+// Sending records the condition the write goes to the store with: f when
+// ours, none ("") when the client sent its own or the write is unfenced. It
+// decides which later commits can retire this attempt's guard if its outcome
+// is unknown (a delete re-opens If-None-Match: *).
+func (l *Lease) Sending(f Fence, ours bool) {
+	v := ""
+	switch {
+	case ours && f.Exists:
+		v = f.ETag
+	case ours:
+		v = "*"
+	}
+	l.mu.Lock()
+	l.sentWith = &v
+	l.mu.Unlock()
+}
+
+// SentChecksum records the checksum the body went to the store with
+// ("crc32:<base64>"), so an unknown outcome is adopted only if the store's
+// object has it.
+func (l *Lease) SentChecksum(c string) {
+	l.mu.Lock()
+	l.checksum = c
+	l.mu.Unlock()
+}
+
+// Close releases a lease that was neither committed nor finished (a panic, a
+// client gone): the outcome is unknown unless nothing was sent, which the
+// caller says with sent=false.
+func (l *Lease) Close(sent bool) {
+	l.mu.Lock()
+	done := l.finished
+	l.mu.Unlock()
+	if done {
+		return
+	}
+	if sent {
+		l.Finish(meta.StateUnknown, "the request ended without an answer from the store")
+	} else {
+		l.Finish(meta.StateFailed, "nothing was sent to the store")
+	}
+}
