@@ -25,12 +25,21 @@ CREATE INDEX leases_session ON leases (session) WHERE session IS NOT NULL;
 -- The one liveness rule. Every statement that decides whether a key's holder
 -- is alive (acquire's takeover, commit's held-check, renewal, progress, the
 -- waiters' progress check, the unresolved attempts) calls this.
+-- PL/pgSQL, not SQL: a SQL function called from another function's
+-- statements is planned again at every call, and this one runs several times
+-- per write; PL/pgSQL keeps its plan.
 CREATE FUNCTION fencegate_lease_live(p_holder uuid, p_expires timestamptz, p_session uuid)
-    RETURNS boolean LANGUAGE sql VOLATILE AS $$
-    SELECT p_holder IS NOT NULL AND coalesce(p_expires > clock_timestamp(), false)
-        AND (p_session IS NULL OR EXISTS (SELECT 1 FROM sessions s WHERE s.session_id = p_session
-            AND s.ended_at IS NULL AND s.expires_at > clock_timestamp()))
-$$;
+    RETURNS boolean LANGUAGE plpgsql VOLATILE AS $$
+BEGIN
+    IF p_holder IS NULL OR NOT coalesce(p_expires > clock_timestamp(), false) THEN
+        RETURN false;
+    END IF;
+    IF p_session IS NULL THEN
+        RETURN true;
+    END IF;
+    RETURN EXISTS (SELECT 1 FROM sessions s WHERE s.session_id = p_session
+        AND s.ended_at IS NULL AND s.expires_at > clock_timestamp());
+END $$;
 
 DROP FUNCTION fencegate_acquire(text, text, uuid, interval, text, text, text, bigint, text, uuid);
 
