@@ -9,10 +9,7 @@ import (
 	"text/tabwriter"
 
 	"github.com/fencegate/fencegate/gateway"
-	"github.com/fencegate/fencegate/gateway/store"
-	"github.com/fencegate/fencegate/internal/wiring"
 	"github.com/fencegate/fencegate/lease"
-	"github.com/fencegate/fencegate/meta"
 )
 
 const auditUsage = `usage: fencegate audit [flags] BUCKET
@@ -49,19 +46,12 @@ func cmdAudit(ctx context.Context, args []string) error {
 	if err := cfg.validate(); err != nil {
 		return err
 	}
-	pool, err := meta.Open(ctx, cfg.DatabaseURL, meta.PoolConfig{MaxConns: 4, ApplicationName: "fencegate audit"})
+	tool, err := openTool(ctx, cfg, 4, "fencegate audit")
 	if err != nil {
 		return err
 	}
-	defer pool.Close()
-	if err := checkSchema(ctx, pool); err != nil {
-		return err
-	}
-	st, err := store.New(cfg.store())
-	if err != nil {
-		return err
-	}
-	leases, tracker := wiring.Protocol(pool, cfg.Lease)
+	defer tool.close()
+	st, leases, tracker := tool.store, tool.leases, tool.tracker
 	ls := gateway.LifecycleStore(st)
 	aud := lease.Auditor{DB: tracker.Catalog, Store: ls, DBTimeout: cfg.Lease.DBTimeout}
 	var findings []lease.Finding

@@ -12,7 +12,9 @@ import (
 	"github.com/fencegate/fencegate/gateway"
 	"github.com/fencegate/fencegate/gateway/store"
 	"github.com/fencegate/fencegate/internal/wiring"
+	"github.com/fencegate/fencegate/lease"
 	"github.com/fencegate/fencegate/meta"
+	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 const catalogUsage = `usage: fencegate catalog import [flags] BUCKET
@@ -44,19 +46,12 @@ func cmdCatalog(ctx context.Context, args []string) error {
 	if err := cfg.validate(); err != nil {
 		return err
 	}
-	pool, err := meta.Open(ctx, cfg.DatabaseURL, meta.PoolConfig{MaxConns: int32(workers + 2), ApplicationName: "fencegate catalog import"})
+	tool, err := openTool(ctx, cfg, int32(workers+2), "fencegate catalog import")
 	if err != nil {
 		return err
 	}
-	defer pool.Close()
-	if err := checkSchema(ctx, pool); err != nil {
-		return err
-	}
-	st, err := store.New(cfg.store())
-	if err != nil {
-		return err
-	}
-	leases, tracker := wiring.Protocol(pool, cfg.Lease)
+	defer tool.close()
+	st, leases, tracker := tool.store, tool.leases, tool.tracker
 	// Its leases belong to a session of its own, like a gateway's: if the
 	// import dies, its keys are free once the session expires.
 	if err := leases.StartSession(ctx); err != nil {
@@ -92,3 +87,32 @@ func cmdCatalog(ctx context.Context, args []string) error {
 	fmt.Printf("imported %d keys of %s in %s; the bucket is marked complete\n", settled.Load(), bucket, time.Since(start).Round(time.Millisecond))
 	return nil
 }
+
+// tool is what the one-shot commands that settle keys (catalog import, audit)
+// open: the migrated database, the store client and the write protocol on them.
+type tool struct {
+	pool    *pgxpool.Pool
+	store   *store.Client
+	leases  *lease.Manager
+	tracker wiring.Tracker
+}
+
+func openTool(ctx context.Context, cfg serveConfig, maxConns int32, name string) (*tool, error) {
+	pool, err := meta.Open(ctx, cfg.DatabaseURL, meta.PoolConfig{MaxConns: maxConns, ApplicationName: name})
+	if err != nil {
+		return nil, err
+	}
+	if err := checkSchema(ctx, pool); err != nil {
+		pool.Close()
+		return nil, err
+	}
+	st, err := store.New(cfg.store())
+	if err != nil {
+		pool.Close()
+		return nil, err
+	}
+	leases, tracker := wiring.Protocol(pool, cfg.Lease)
+	return &tool{pool: pool, store: st, leases: leases, tracker: tracker}, nil
+}
+
+func (t *tool) close() { t.pool.Close() }
