@@ -99,6 +99,9 @@ type upstream struct {
 	spooled      *spooled
 	trailerName  string
 	trailerValue trailerSource
+	// declaredChecksum is the body checksum the client sent as a header, as
+	// the catalog records it ("crc32:<base64>"); "" for a trailer or none.
+	declaredChecksum string
 	// unsigned: sent without fencegate's credentials (an anonymous read,
 	// anonymous.go), so the store's own ACLs decide.
 	unsigned bool
@@ -313,6 +316,7 @@ func (s *Server) streamedBody(ctx *fasthttp.RequestCtx, r *request, u *upstream)
 			trailerName = f.name
 			val := f.value
 			trailerValue = func() (string, error) { return val, nil }
+			u.declaredChecksum = store.ChecksumValue(f.name, f.value)
 			break
 		}
 	}

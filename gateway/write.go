@@ -307,7 +307,7 @@ func (s *Server) putObject(ctx *fasthttp.RequestCtx, r *request) *apiError {
 	}
 	defer u.finish(r)
 	return s.writeKey(ctx, r, u, keyWrite{
-		op: "put", declared: r.bytesIn, checksum: declaredChecksum(r.hdr), clientCond: hasClientCondition(r),
+		op: "put", declared: r.bytesIn, checksum: u.declaredChecksum, clientCond: hasClientCondition(r),
 		prepare: func(u *upstream, id string) *apiError {
 			u.req.Header.Set(store.AttemptHeader, id)
 			return nil
@@ -316,17 +316,6 @@ func (s *Server) putObject(ctx *fasthttp.RequestCtx, r *request) *apiError {
 			return lease.Landed{ETag: store.TrimETag(resp.Header.Get("ETag")), Size: r.bytesIn}, nil
 		},
 	})
-}
-
-// declaredChecksum is the body checksum a client sent as a header, as the
-// catalog records it; "" when it sends none up front (a trailer, or none).
-func declaredChecksum(h *headerView) string {
-	for _, f := range h.fields {
-		if _, ok := store.ChecksumHeaders[f.name]; ok {
-			return store.ChecksumValue(f.name, f.value)
-		}
-	}
-	return ""
 }
 
 // deleteObject: DeleteObject under the protocol, fenced with If-Match; a
