@@ -13,7 +13,7 @@ export CGO_ENABLED ?= 0
 # aws-sdk-go-v2's default config fails while this is set (docs/DESIGN.md, the test stores).
 unexport AWS_CA_BUNDLE
 
-.PHONY: build run test test-short bench fuzz lint stores clean memcheck mutants s3-tests
+.PHONY: build run test test-short bench fuzz lint stores clean memcheck mutants s3-tests chaos
 
 build:
 	$(GO) build -o $(BIN) ./cmd/fencegate
@@ -93,3 +93,16 @@ S3TESTS_ARGS ?=
 s3-tests: build
 	scripts/ensure-deps.sh
 	S3TESTS_DIR='$(S3TESTS_DIR)' S3TESTS_ARGS='$(S3TESTS_ARGS)' scripts/s3-tests.sh
+
+# The chaos campaign (docs/CHAOS.md): three gateways on their own PostgreSQL
+# and SeaweedFS, clients and a seeded schedule of faults for CHAOS_DURATION,
+# then the linearizability check and the audit. Prints the seed; CHAOS_SEED
+# replays a schedule. Each run's report and chart (and a failing run's
+# history, porcupine visualization, logs and REPLAY line) go to
+# bin/chaos/chaos-TestChaosCampaign-SEED-*/. `make test` runs a 20 s smoke.
+CHAOS_DURATION ?= 60s
+CHAOS_SEED     ?=
+chaos: build
+	scripts/ensure-deps.sh
+	FENCEGATE_CHAOS_DURATION='$(CHAOS_DURATION)' FENCEGATE_CHAOS_SEED='$(CHAOS_SEED)' FENCEGATE_CHAOS_DIR='$(CURDIR)/bin/chaos' \
+		$(GO) test -count=1 -v -timeout 0 -run '^TestChaosCampaign$$' ./conformance

@@ -284,6 +284,9 @@ func keepAnswer(resp *http.Response) {
 func setFence(h http.Header, f lease.Fence, op string) {
 	h.Del("If-Match")
 	h.Del("If-None-Match")
+	if failpoint.BrokenFence {
+		return // only in the deliberately broken build the chaos campaign must catch
+	}
 	if f.Exists {
 		h.Set("If-Match", `"`+f.ETag+`"`)
 		return

@@ -1,6 +1,8 @@
 // Package failpoint lets a test make the process die at a named step of the
 // write protocol, the one test hook allowed inside the product (docs/DESIGN.md):
 // FENCEGATE_FAILPOINT=name kills the process with SIGKILL when Hit(name) runs.
+// BrokenFence (a build tag, never in a release build) is the other hook: a
+// deliberate protocol bug for proving that the chaos campaign catches one.
 package failpoint
 
 import (

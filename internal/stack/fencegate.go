@@ -15,8 +15,8 @@ import (
 )
 
 // BuildFencegate builds the fencegate binary of the module the current folder
-// is in, into out.
-func BuildFencegate(ctx context.Context, out string) error {
+// is in, into out, with the given build tags (none for the real binary).
+func BuildFencegate(ctx context.Context, out string, tags ...string) error {
 	gomod, err := exec.CommandContext(ctx, "go", "env", "GOMOD").Output()
 	if err != nil {
 		return err
@@ -25,7 +25,11 @@ func BuildFencegate(ctx context.Context, out string) error {
 	if mod == "" || mod == os.DevNull {
 		return errors.New("not inside the fencegate module")
 	}
-	cmd := exec.CommandContext(ctx, "go", "build", "-o", out, "./cmd/fencegate")
+	args := []string{"build", "-o", out}
+	if len(tags) > 0 {
+		args = append(args, "-tags", strings.Join(tags, ","))
+	}
+	cmd := exec.CommandContext(ctx, "go", append(args, "./cmd/fencegate")...)
 	cmd.Dir = filepath.Dir(mod)
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if b, err := cmd.CombinedOutput(); err != nil {

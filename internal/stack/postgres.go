@@ -255,6 +255,14 @@ func (pg *Postgres) Stop() {
 	}
 }
 
+// Crash kills the server's whole process group at once (SIGKILL), as a power
+// cut would; StartPostgres with the same folder and port recovers it.
+func (pg *Postgres) Crash() {
+	if pg != nil {
+		pg.proc.stop(syscall.SIGKILL, 10*time.Second)
+	}
+}
+
 // postgresUser: PostgreSQL refuses to run as root, so as root the cluster runs as
 // the `postgres` user (or `nobody`); nil otherwise.
 func postgresUser() (*syscall.Credential, error) {

@@ -124,6 +124,14 @@ func (s *Seaweed) Stop() {
 	}
 }
 
+// Crash kills SeaweedFS at once (SIGKILL); StartSeaweed with the same folder
+// and ports starts it again on its data.
+func (s *Seaweed) Crash() {
+	if s != nil {
+		s.proc.stop(syscall.SIGKILL, 10*time.Second)
+	}
+}
+
 // Pid is weed's process id.
 func (s *Seaweed) Pid() int { return s.proc.Pid() }
 

@@ -1,0 +1,416 @@
+// Package chaos is fencegate's fault campaign (docs/CHAOS.md): three gateway
+// processes on one PostgreSQL and one SeaweedFS, clients over a small key
+// space through random gateways, faults from a seeded schedule (processes
+// killed, restarted and stopped at failpoints, the database and the store
+// restarted, store requests stalled, held, reset, failed and their answers
+// dropped, a gateway cut off from its database, clients gone mid-body, writes
+// straight at the store, hostile requests), a history of every operation
+// checked for linearizability (internal/chaos/history, porcupine), and at
+// the end an audit: the catalog equal to the store for every key, nothing
+// left leased, every gateway healthy.
+package chaos
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/s3"
+
+	"github.com/fencegate/fencegate/internal/chaos/history"
+)
+
+// Config is one campaign.
+type Config struct {
+	Seed       uint64
+	Duration   time.Duration // of the workload under faults
+	FaultEvery time.Duration // mean time between faults (default 8 s)
+	Faults     []string      // kinds to inject (default AllFaults)
+	Clients    int           // default 6
+	Gateways   int           // default 3
+	Bin        string        // the fencegate binary to run
+	Dir        string        // where the stack lives and a failing run's evidence goes
+	Log        func(format string, args ...any)
+	// CheckTimeout bounds the linearizability check (default 5 minutes).
+	CheckTimeout time.Duration
+}
+
+// Report is what a campaign found.
+type Report struct {
+	Seed       uint64         `json:"seed"`
+	Duration   time.Duration  `json:"duration"`
+	Ops        int            `json:"ops"`
+	OpCounts   map[string]int `json:"op_counts"`
+	Faults     []Fault        `json:"faults"`
+	FaultCount map[string]int `json:"fault_counts"`
+	Unknown    map[string]int `json:"unknown_settled"` // unknown outcomes by how they were settled
+	Leftover   map[string]int `json:"attempts_left_unknown"`
+	Violations []string       `json:"violations"`
+	// NotLinearizable: the history check found an illegal history (as
+	// opposed to any other violation).
+	NotLinearizable bool          `json:"not_linearizable"`
+	Checked         string        `json:"checked"`
+	Elapsed         time.Duration `json:"elapsed"`
+	Dir             string        `json:"dir"`
+	history         []history.Op
+	check           history.Result
+}
+
+// Failed reports whether the campaign found anything wrong.
+func (r *Report) Failed() bool { return len(r.Violations) > 0 }
+
+// The key space: a few keys per bucket so that writers meet constantly, and
+// a bucket of copy sources that never change.
+var (
+	campaignBuckets = []string{"chaos-a", "chaos-b", "chaos-c"}
+	campaignKeys    = []string{"k0", "k1", "k2", "dir/k3"}
+	sourceBucket    = "chaos-src"
+	badInputBucket  = "chaos-bad"
+)
+
+// Campaign is a running campaign.
+type Campaign struct {
+	cfg     Config
+	stack   *campaignStack
+	rec     *recorder
+	clients *clients
+	etags   *etagBook
+	sources []string
+}
+
+func (c *Campaign) logf(format string, args ...any) {
+	if c.cfg.Log != nil {
+		c.cfg.Log(format, args...)
+	}
+}
+
+// pickGateway is a random gateway that is up (-1, "" if none is).
+func (c *Campaign) pickGateway(rng *rand.Rand) (int, string) {
+	n := len(c.stack.gateways)
+	first := rng.IntN(n)
+	for i := range n {
+		gi := (first + i) % n
+		if u := c.stack.gateways[gi].URL(); u != "" {
+			return gi, u
+		}
+	}
+	return -1, ""
+}
+
+// pickGatewayExcept is a random gateway other than except that is up.
+func (c *Campaign) pickGatewayExcept(rng *rand.Rand, except int) (int, string) {
+	n := len(c.stack.gateways)
+	first := rng.IntN(n)
+	for i := range n {
+		gi := (first + i) % n
+		if u := c.stack.gateways[gi].URL(); gi != except && u != "" {
+			return gi, u
+		}
+	}
+	return -1, ""
+}
+
+func (c *Campaign) gatewayURL(gi int) string { return c.stack.gateways[gi].URL() }
+
+func (c *Campaign) pickKey(rng *rand.Rand) (bucket, key string) {
+	return campaignBuckets[rng.IntN(len(campaignBuckets))], campaignKeys[rng.IntN(len(campaignKeys))]
+}
+
+// Run runs a campaign: start the stack, the workload and the faults for
+// cfg.Duration, then stop the faults, let the reconciler settle, read every
+// key, audit, and check the history.
+func Run(ctx context.Context, cfg Config) (*Report, error) {
+	if cfg.FaultEvery == 0 {
+		cfg.FaultEvery = 8 * time.Second
+	}
+	if cfg.Faults == nil {
+		cfg.Faults = AllFaults
+	}
+	if cfg.Clients == 0 {
+		cfg.Clients = 6
+	}
+	if cfg.Gateways == 0 {
+		cfg.Gateways = 3
+	}
+	if cfg.CheckTimeout == 0 {
+		cfg.CheckTimeout = 5 * time.Minute
+	}
+	began := time.Now()
+	st, err := startStack(ctx, cfg.Dir, cfg.Bin, cfg.Gateways, nil)
+	if err != nil {
+		return nil, err
+	}
+	defer st.stop()
+	c := &Campaign{cfg: cfg, stack: st, etags: newETagBook(), clients: &clients{key: st.client, by: map[string]*s3.Client{}}}
+	if err := c.setUp(ctx); err != nil {
+		return nil, err
+	}
+	rep := &Report{Seed: cfg.Seed, Duration: cfg.Duration, Dir: cfg.Dir}
+	rep.Faults = schedule(cfg.Seed, cfg.Duration, cfg.FaultEvery, cfg.Faults, cfg.Gateways)
+	c.logf("seed %d: %s of workload, %d faults planned, stack in %s", cfg.Seed, cfg.Duration, len(rep.Faults), cfg.Dir)
+
+	c.rec = &recorder{start: time.Now()}
+	workCtx, stopWork := context.WithTimeout(ctx, cfg.Duration)
+	defer stopWork()
+	var wg sync.WaitGroup
+	for i := range cfg.Clients {
+		w := &worker{id: i, c: c, rng: rand.New(rand.NewPCG(cfg.Seed, uint64(i+1))), lastRead: map[string]string{}}
+		wg.Add(1)
+		go func() { defer wg.Done(); w.run(workCtx) }()
+	}
+	for i := range rep.Faults {
+		f := &rep.Faults[i]
+		if wait := f.At - time.Duration(c.rec.now()); wait > 0 {
+			sleep(workCtx, wait)
+		}
+		if workCtx.Err() != nil {
+			rep.Faults = rep.Faults[:i]
+			break
+		}
+		c.inject(workCtx, f)
+		c.logf("%6.1fs %-18s gateway %d %s %s %s", float64(f.Start)/1e9, f.Kind, f.Target, f.Pause, f.Detail, f.Err)
+	}
+	<-workCtx.Done()
+	wg.Wait()
+	c.logf("workload stopped after %s; settling", time.Since(c.rec.start).Round(time.Second))
+
+	c.finish(ctx, rep)
+	rep.Elapsed = time.Since(began)
+	return rep, nil
+}
+
+// setUp creates the buckets and the copy sources through a gateway.
+func (c *Campaign) setUp(ctx context.Context) error {
+	cl := c.clients.get(c.stack.gateways[0].URL())
+	for _, b := range append([]string{sourceBucket, badInputBucket}, campaignBuckets...) {
+		if _, err := cl.CreateBucket(ctx, &s3.CreateBucketInput{Bucket: aws.String(b)}); err != nil {
+			return fmt.Errorf("create bucket %s: %w", b, err)
+		}
+	}
+	for i := range 3 {
+		v := fmt.Sprintf("src%d", i)
+		body := bodyOf(v)
+		if _, err := cl.PutObject(ctx, &s3.PutObjectInput{Bucket: aws.String(sourceBucket), Key: aws.String(v), Body: strings.NewReader(string(body))}); err != nil {
+			return fmt.Errorf("put source %s: %w", v, err)
+		}
+		c.etags.add(v, md5Hex(body))
+		c.sources = append(c.sources, v)
+	}
+	return nil
+}
+
+// finish ends the faults, waits for the gateways and the reconciler, makes a
+// last write and read of every key, resolves unknown outcomes from the
+// attempts' records, audits, and checks the history.
+func (c *Campaign) finish(ctx context.Context, rep *Report) {
+	s := c.stack
+	var problems []string
+	for _, g := range s.gateways {
+		g.storeHTTP.Reset()
+		g.pgProxy.Blackhole(false)
+		if g.URL() == "" {
+			if err := s.startGateway(ctx, g, ""); err != nil {
+				problems = append(problems, err.Error())
+			}
+		}
+	}
+	if err := waitUntil(ctx, 90*time.Second, s.healthy); err != nil {
+		problems = append(problems, "gateways not healthy after the faults: "+err.Error())
+	}
+	db, err := openCatalog(ctx, s.adminDB)
+	if err != nil {
+		rep.Violations = append(rep.Violations, "catalog: "+err.Error())
+		return
+	}
+	defer db.close()
+
+	// Nothing stays leased once the gateways are back (a dead gateway's keys
+	// are free after its session times out).
+	if err := waitUntil(ctx, 120*time.Second, func() error { return db.leased(ctx) }); err != nil {
+		problems = append(problems, "after the faults: "+err.Error())
+	}
+	// Every key takes a write (none stays stuck: a PUT that finds its key
+	// changed around the gateways may get one 503, the next must succeed).
+	for i, b := range campaignBuckets {
+		for j, k := range campaignKeys {
+			w := &worker{id: 1000, c: c, rng: rand.New(rand.NewPCG(rep.Seed, 999)), lastRead: map[string]string{}}
+			gi := (i + j) % len(s.gateways)
+			var last history.Op
+			for try := 0; try < 2; try++ {
+				w.put(c.clients.get(s.gateways[gi].URL()), gi, b, k, history.NoCond)
+				ops := c.rec.snapshot()
+				if last = ops[len(ops)-1]; last.Outcome == history.OK {
+					break
+				}
+			}
+			if last.Outcome != history.OK {
+				problems = append(problems, fmt.Sprintf("%s/%s: two PUTs after the faults failed, the last: %s %s", b, k, last.Outcome, last.Detail))
+			}
+		}
+	}
+	// The reconciler settles what the faults left unresolved.
+	if err := waitUntil(ctx, 120*time.Second, func() error { return db.unresolved(ctx) }); err != nil {
+		problems = append(problems, "reconciler: "+err.Error())
+	}
+	for gi, g := range s.gateways {
+		w := &worker{id: 1001 + gi, c: c, lastRead: map[string]string{}}
+		for _, b := range campaignBuckets {
+			for _, k := range campaignKeys {
+				w.get(c.clients.get(g.URL()), gi, b, k)
+			}
+		}
+	}
+	if err := s.healthy(); err != nil {
+		problems = append(problems, "gateways not healthy at the end: "+err.Error())
+	}
+	// The audit: the catalog equal to the store for every key, no bytes
+	// without a catalog entry or a guard (direct writes made in the last
+	// seconds are found and recorded by the reconciler's audit pass).
+	for _, b := range campaignBuckets {
+		var last string
+		err := waitUntil(ctx, 90*time.Second, func() error {
+			out, err := s.tool(ctx, "audit", "--json", b)
+			last = out
+			if err != nil {
+				return fmt.Errorf("%v: %s", err, strings.TrimSpace(out))
+			}
+			return nil
+		})
+		if err != nil {
+			problems = append(problems, fmt.Sprintf("audit %s: %v", b, err))
+			_ = last
+		}
+	}
+
+	ops := c.rec.snapshot()
+	var err2 error
+	rep.Unknown, err2 = db.settleUnknowns(ctx, ops, c.rec.start)
+	if err2 != nil {
+		problems = append(problems, "settling unknown outcomes from the catalog: "+err2.Error())
+	}
+	rep.Leftover, _ = db.leftover(ctx)
+	gens, err := db.generations(ctx)
+	if err != nil {
+		problems = append(problems, "generations: "+err.Error())
+	}
+	problems = append(problems, history.LostAcks(ops, gens)...)
+	problems = append(problems, history.RealTimeGenerations(ops)...)
+	res := history.Check(ops, c.cfg.CheckTimeout)
+	rep.check = res
+	rep.Checked = fmt.Sprintf("%v", res)
+	if !res.Ok {
+		rep.NotLinearizable = true
+		problems = append(problems, "linearizability: "+rep.Checked)
+	}
+	rep.history = ops
+	rep.Ops = len(ops)
+	rep.OpCounts = countOps(ops)
+	rep.FaultCount = map[string]int{}
+	for _, f := range rep.Faults {
+		rep.FaultCount[f.Kind]++
+	}
+	rep.Violations = append(rep.Violations, problems...)
+}
+
+func countOps(ops []history.Op) map[string]int {
+	m := map[string]int{}
+	for _, o := range ops {
+		name := string(o.Kind)
+		if o.Gateway < 0 {
+			name = "direct " + name
+		}
+		m[name+" "+string(o.Outcome)]++
+	}
+	return m
+}
+
+func waitUntil(ctx context.Context, limit time.Duration, cond func() error) error {
+	deadline := time.Now().Add(limit)
+	for {
+		err := cond()
+		if err == nil {
+			return nil
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			return err
+		}
+		sleep(ctx, 500*time.Millisecond)
+	}
+}
+
+// WriteFiles writes the run's report (report.json, summary.txt) and chart
+// (chart.png, chart.svg) into its folder and, when the run failed, what is
+// needed to understand and replay it: the history (history.jsonl),
+// porcupine's visualization (linearizability.html) and REPLAY; the fault
+// schedule is in the report and the gateways' logs are there already.
+func (r *Report) WriteFiles() error {
+	b, err := json.MarshalIndent(r, "", "  ")
+	if err != nil {
+		return err
+	}
+	errs := []error{
+		os.WriteFile(filepath.Join(r.Dir, "report.json"), b, 0o644),
+		os.WriteFile(filepath.Join(r.Dir, "summary.txt"), []byte(r.Summary()), 0o644),
+		r.WriteChart(filepath.Join(r.Dir, "chart.png")),
+	}
+	if r.Failed() {
+		replay := fmt.Sprintf("make chaos CHAOS_SEED=%d CHAOS_DURATION=%s\n", r.Seed, r.Duration)
+		errs = append(errs,
+			history.WriteFile(filepath.Join(r.Dir, "history.jsonl"), r.history),
+			os.WriteFile(filepath.Join(r.Dir, "REPLAY"), []byte(replay), 0o644))
+		if r.NotLinearizable {
+			errs = append(errs, r.check.Visualize(filepath.Join(r.Dir, "linearizability.html")))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// Summary is the report in a few lines.
+func (r *Report) Summary() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "seed %d, %s of workload (%s in all): %d operations\n", r.Seed, r.Duration, r.Elapsed.Round(time.Second), r.Ops)
+	b.WriteString("operations: " + sortedCounts(r.OpCounts) + "\n")
+	b.WriteString("faults: " + sortedCounts(r.FaultCount) + "\n")
+	b.WriteString("unknown outcomes, settled: " + sortedCounts(r.Unknown) + "\n")
+	b.WriteString("attempts left unknown: " + sortedCounts(r.Leftover) + "\n")
+	b.WriteString("check: " + r.Checked + "\n")
+	if len(r.Violations) == 0 {
+		b.WriteString("no violations\n")
+	} else {
+		fmt.Fprintf(&b, "%d violations:\n", len(r.Violations))
+		for i, v := range r.Violations {
+			if i == 20 {
+				fmt.Fprintf(&b, "  ... %d more in %s\n", len(r.Violations)-20, filepath.Join(r.Dir, "report.json"))
+				break
+			}
+			b.WriteString("  " + v + "\n")
+		}
+		fmt.Fprintf(&b, "evidence in %s; replay: make chaos CHAOS_SEED=%d CHAOS_DURATION=%s\n", r.Dir, r.Seed, r.Duration)
+	}
+	return b.String()
+}
+
+func sortedCounts(m map[string]int) string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	parts := make([]string, len(keys))
+	for i, k := range keys {
+		parts[i] = fmt.Sprintf("%s %d", k, m[k])
+	}
+	if len(parts) == 0 {
+		return "none"
+	}
+	return strings.Join(parts, ", ")
+}

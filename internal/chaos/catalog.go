@@ -1,0 +1,221 @@
+package chaos
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/fencegate/fencegate/internal/chaos/history"
+)
+
+// catalog reads fencegate's tables straight, with its own SQL: the campaign
+// checks the gateways' records, so it does not read them through the code
+// under test.
+type catalog struct{ pool *pgxpool.Pool }
+
+func openCatalog(ctx context.Context, url string) (*catalog, error) {
+	pool, err := pgxpool.New(ctx, url)
+	if err != nil {
+		return nil, err
+	}
+	return &catalog{pool: pool}, nil
+}
+
+func (c *catalog) close() { c.pool.Close() }
+
+// leased is nil once no attempt is leased.
+func (c *catalog) leased(ctx context.Context) error {
+	var n int
+	if err := c.pool.QueryRow(ctx, `SELECT count(*) FROM attempts WHERE state = 'leased'`).Scan(&n); err != nil {
+		return err
+	}
+	if n > 0 {
+		return fmt.Errorf("%d attempts leased", n)
+	}
+	return nil
+}
+
+// unresolved is nil once no attempt is leased and none but multipart uploads
+// (which may exist at the store, for the upload clean-up) is unknown.
+func (c *catalog) unresolved(ctx context.Context) error {
+	var leased, unknown int
+	err := c.pool.QueryRow(ctx, `SELECT count(*) FILTER (WHERE state = 'leased'),
+		count(*) FILTER (WHERE state = 'unknown' AND op <> 'multipart') FROM attempts`).Scan(&leased, &unknown)
+	if err != nil {
+		return err
+	}
+	if leased > 0 || unknown > 0 {
+		return fmt.Errorf("%d attempts leased, %d unknown", leased, unknown)
+	}
+	return nil
+}
+
+// leftover counts the attempts still unknown, by operation.
+func (c *catalog) leftover(ctx context.Context) (map[string]int, error) {
+	rows, err := c.pool.Query(ctx, `SELECT op, count(*) FROM attempts WHERE state IN ('unknown', 'leased') GROUP BY op`)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	m := map[string]int{}
+	for rows.Next() {
+		var op string
+		var n int
+		if err := rows.Scan(&op, &n); err != nil {
+			return nil, err
+		}
+		m[op] = n
+	}
+	return m, rows.Err()
+}
+
+// generations is every key's generation history.
+func (c *catalog) generations(ctx context.Context) (map[string][]history.Generation, error) {
+	rows, err := c.pool.Query(ctx, `SELECT bucket, key, generation, coalesce(etag, ''), deleted, origin
+		FROM generations ORDER BY bucket, key, generation`)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	m := map[string][]history.Generation{}
+	for rows.Next() {
+		var b, k string
+		var g history.Generation
+		if err := rows.Scan(&b, &k, &g.Gen, &g.ETag, &g.Deleted, &g.Origin); err != nil {
+			return nil, err
+		}
+		m[b+"/"+k] = append(m[b+"/"+k], g)
+	}
+	return m, rows.Err()
+}
+
+type attemptRecord struct {
+	state, reason string
+	gen           int64
+}
+
+// settleUnknowns resolves the PUTs whose client never learned the outcome
+// from the attempt fencegate recorded for them (found by the checksum the
+// client declared, unique per value), and says how every unknown outcome was
+// settled. A PUT with no attempt was never sent (the attempt row comes before
+// any byte reaches the store); one whose attempt was committed or adopted
+// took effect with that generation; one whose attempt failed was proven not
+// written. These are the gateways' claims, and the check holds them to it: a
+// value read after its write was declared failed is a violation. Copies,
+// Completes and deletes carry no checksum: one with no attempt of its kind on
+// its key begun while it ran was never sent; otherwise it stays unknown.
+func (c *catalog) settleUnknowns(ctx context.Context, ops []history.Op, start time.Time) (map[string]int, error) {
+	begun, err := c.attemptTimes(ctx, start)
+	if err != nil {
+		return nil, err
+	}
+	rows, err := c.pool.Query(ctx, `SELECT bucket, key, checksum, state, coalesce(reason, ''), coalesce(generation, 0)
+		FROM attempts WHERE op = 'put' AND checksum IS NOT NULL`)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	byValue := map[string][]attemptRecord{} // "bucket/key checksum"
+	for rows.Next() {
+		var b, k, sum string
+		var a attemptRecord
+		if err := rows.Scan(&b, &k, &sum, &a.state, &a.reason, &a.gen); err != nil {
+			return nil, err
+		}
+		if _, v, ok := strings.Cut(sum, ":"); ok {
+			sum = v
+		}
+		byValue[b+"/"+k+" "+sum] = append(byValue[b+"/"+k+" "+sum], a)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	counts := map[string]int{}
+	for i := range ops {
+		op := &ops[i]
+		if op.Outcome != history.Unknown {
+			continue
+		}
+		if op.Kind == history.Read || op.Gateway < 0 {
+			op.Settled = "stays unknown: straight at the store"
+			counts[op.Settled]++
+			continue
+		}
+		if op.Kind == history.Delete || !strings.HasPrefix(op.Value, "c") {
+			kind := "delete"
+			if op.Kind == history.Write {
+				kind = map[bool]string{true: "complete", false: "copy"}[strings.HasPrefix(op.Value, "m")]
+			}
+			op.Settled = "stays unknown: " + kind + " (an attempt of its kind began while it ran)"
+			if !begun.any(op.Key, kind, op.Invoke, op.Return) {
+				op.Outcome, op.Settled = history.Failed, "no attempt: never sent"
+			}
+			counts[op.Settled]++
+			continue
+		}
+		as := byValue[op.Key+" "+crc32Base64(bodyOf(op.Value))]
+		switch {
+		case len(as) == 0:
+			op.Outcome, op.Settled = history.Failed, "no attempt: never sent"
+		default:
+			op.Settled = "stays unknown: attempt " + as[0].state
+			for _, a := range as {
+				switch a.state {
+				case "committed", "adopted":
+					op.Outcome, op.Gen, op.Settled = history.OK, a.gen, "landed: attempt "+a.state
+				case "failed":
+					if op.Outcome == history.Unknown {
+						op.Outcome, op.Settled = history.Failed, "not written: attempt failed ("+firstWords(a.reason, 6)+")"
+					}
+				}
+			}
+		}
+		counts[op.Settled]++
+	}
+	return counts, nil
+}
+
+// attemptBegins are the times attempts began, per key and operation, in ns
+// since the campaign's start (PostgreSQL runs on this machine's clock).
+type attemptBegins map[string][]int64
+
+func (c *catalog) attemptTimes(ctx context.Context, start time.Time) (attemptBegins, error) {
+	rows, err := c.pool.Query(ctx, `SELECT bucket, key, op, created_at FROM attempts WHERE op <> 'put'`)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	m := attemptBegins{}
+	for rows.Next() {
+		var b, k, op string
+		var at time.Time
+		if err := rows.Scan(&b, &k, &op, &at); err != nil {
+			return nil, err
+		}
+		m[b+"/"+k+" "+op] = append(m[b+"/"+k+" "+op], at.Sub(start).Nanoseconds())
+	}
+	return m, rows.Err()
+}
+
+// any reports an attempt of op on key begun between from and to (with 100 ms
+// of slack either side).
+func (a attemptBegins) any(key, op string, from, to int64) bool {
+	const slack = int64(100 * time.Millisecond)
+	for _, t := range a[key+" "+op] {
+		if t >= from-slack && t <= to+slack {
+			return true
+		}
+	}
+	return false
+}
+
+func firstWords(s string, n int) string {
+	f := strings.Fields(s)
+	if len(f) > n {
+		f = append(f[:n], "...")
+	}
+	return strings.Join(f, " ")
+}
