@@ -222,6 +222,7 @@ func New(ctx context.Context, cfg Config, deps Deps) (*Server, error) {
 	s.s3 = &fasthttp.Server{
 		Handler:                       s.handle,
 		ExpectHandler:                 s.expect,
+		ErrorHandler:                  parseError,
 		Name:                          "fencegate",
 		DisableHeaderNamesNormalizing: true,
 		NoDefaultServerHeader:         true,

@@ -1,0 +1,67 @@
+package conformance
+
+import (
+	"bufio"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+)
+
+// Regression tests for the gateway bugs the hostile-request corpus
+// (internal/badinput, TestBadInputCorpus) found, each on its own.
+
+// rawAnswer writes raw on a fresh connection, ends the client's side, and
+// reads the first answer: its status, its S3 error code ("" for none) and
+// its body.
+func rawAnswer(t *testing.T, url string, raw string) (int, string, string) {
+	t.Helper()
+	c, err := net.DialTimeout("tcp", strings.TrimPrefix(url, "http://"), 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+	if _, err := io.WriteString(c, raw); err != nil {
+		t.Fatal(err)
+	}
+	_ = c.(*net.TCPConn).CloseWrite()
+	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil {
+		t.Fatalf("no answer: %v", err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	code := ""
+	if i, j := strings.Index(string(b), "<Code>"), strings.Index(string(b), "</Code>"); i >= 0 && j > i &&
+		strings.Contains(string(b), "<Error>") {
+		code = string(b[i+len("<Code>") : j])
+	}
+	return resp.StatusCode, code, string(b)
+}
+
+// A request fasthttp cannot read was answered with its plain text ("Error
+// when parsing request", "Too big request header"): S3 clients expect an S3
+// XML error, with S3's code for it.
+func TestUnparsableRequestIsAnsweredInS3XML(t *testing.T) {
+	g := startGateway(t, gatewayOptions{})
+	head := "PUT /b/k HTTP/1.1\r\nHost: h\r\n"
+	for _, c := range []struct {
+		name, raw string
+		code      string
+	}{
+		{"two Content-Lengths", head + "Content-Length: 1\r\nContent-Length: 2\r\n\r\nab", "BadRequest"},
+		{"Content-Length not a number", head + "Content-Length: 1x\r\n\r\na", "BadRequest"},
+		{"Transfer-Encoding: xchunked", head + "Transfer-Encoding: xchunked\r\n\r\n", "BadRequest"},
+		{"a request target without '/'", "GET b/k HTTP/1.1\r\nHost: h\r\n\r\n", "BadRequest"},
+		{"a 20 KiB header", head + "X-Pad: " + strings.Repeat("a", 20<<10) + "\r\n\r\n", "RequestHeaderSectionTooLarge"},
+		{"a body shorter than its Content-Length", head + "Content-Length: 100\r\n\r\nshort", "IncompleteBody"},
+	} {
+		status, code, body := rawAnswer(t, g.URL, c.raw)
+		if status != 400 || code != c.code {
+			t.Errorf("%s: %d %q, want 400 %s\n%s", c.name, status, code, c.code, body)
+		}
+	}
+}
