@@ -2,6 +2,7 @@ package conformance
 
 import (
 	"bufio"
+	"context"
 	"io"
 	"net"
 	"net/http"
@@ -63,5 +64,27 @@ func TestUnparsableRequestIsAnsweredInS3XML(t *testing.T) {
 		if status != 400 || code != c.code {
 			t.Errorf("%s: %d %q, want 400 %s\n%s", c.name, status, code, c.code, body)
 		}
+	}
+}
+
+// A key with a NUL byte reached PostgreSQL, whose text cannot hold it: the
+// lease failed and the client got 500 InternalError. It is refused up front,
+// as a key, a copy source and a DeleteObjects key alike.
+func TestKeyWithNULIsRefused(t *testing.T) {
+	g := startGateway(t, gatewayOptions{})
+	bucket := "t-nul-" + randomSuffix()
+	createBucket(t, g.Endpoint, bucket)
+	if r := putRaw(g.Endpoint, bucket, "a%00b", []byte("x"), nil); r.Status != 400 || r.Code != "InvalidArgument" {
+		t.Errorf("PUT a%%00b: %+v", r)
+	}
+	if r := putRaw(g.Endpoint, bucket, "copy", nil, map[string]string{"x-amz-copy-source": bucket + "/a%00b"}); r.Status != 400 || r.Code != "InvalidArgument" {
+		t.Errorf("copy from a%%00b: %+v", r)
+	}
+	if r := doRaw(g.Endpoint, "DELETE", "/"+bucket+"/a%00b", nil, nil); r.Status != 400 || r.Code != "InvalidArgument" {
+		t.Errorf("DELETE a%%00b: %+v", r)
+	}
+	var n int
+	if err := packageKeys(t).Pool.QueryRow(context.Background(), `SELECT count(*) FROM attempts WHERE bucket = $1`, bucket).Scan(&n); err != nil || n != 0 {
+		t.Errorf("%d attempts recorded (%v)", n, err)
 	}
 }
