@@ -3,12 +3,18 @@ package conformance
 import (
 	"bufio"
 	"context"
+	"crypto/md5"
+	"encoding/base64"
 	"io"
 	"net"
 	"net/http"
+	"net/url"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/s3"
 )
 
 // Regression tests for the gateway bugs the hostile-request corpus
@@ -86,5 +92,55 @@ func TestKeyWithNULIsRefused(t *testing.T) {
 	var n int
 	if err := packageKeys(t).Pool.QueryRow(context.Background(), `SELECT count(*) FROM attempts WHERE bucket = $1`, bucket).Scan(&n); err != nil || n != 0 {
 		t.Errorf("%d attempts recorded (%v)", n, err)
+	}
+}
+
+// encoding/xml reads a struct's fields under any root element, so a
+// DeleteObjects document with another root deleted its <Object>s, and a
+// CompleteMultipartUpload whose root was <Delete> was sent on, and the store
+// (reading it as leniently) published the upload. Both are MalformedXML,
+// the Complete before any lease.
+func TestDocumentOfAnotherRootIsMalformedXML(t *testing.T) {
+	g := startGateway(t, gatewayOptions{})
+	ctx := context.Background()
+	bucket := "t-root-" + randomSuffix()
+	createBucket(t, g.Endpoint, bucket)
+	if r := putRaw(g.Endpoint, bucket, "victim", []byte("v"), nil); r.Status != 200 {
+		t.Fatalf("PUT: %+v", r)
+	}
+	doc := []byte("<CompleteMultipartUpload><Object><Key>victim</Key></Object></CompleteMultipartUpload>")
+	sum := md5.Sum(doc)
+	r := doRaw(g.Endpoint, "POST", "/"+bucket+"?delete", doc, map[string]string{"Content-MD5": base64.StdEncoding.EncodeToString(sum[:])})
+	if r.Status != 400 || r.Code != "MalformedXML" {
+		t.Errorf("DeleteObjects under <CompleteMultipartUpload>: %+v", r)
+	}
+	if _, _, ok := storeGet(t, g.Store, bucket, "victim"); !ok {
+		t.Error("the object was deleted")
+	}
+
+	key := "upload"
+	c := g.S3Client()
+	up, err := c.CreateMultipartUpload(ctx, &s3.CreateMultipartUploadInput{Bucket: &bucket, Key: &key})
+	if err != nil {
+		t.Fatal(err)
+	}
+	part, err := c.UploadPart(ctx, &s3.UploadPartInput{Bucket: &bucket, Key: &key, UploadId: up.UploadId, PartNumber: aws.Int32(1), Body: strings.NewReader("part")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := "/" + bucket + "/" + key + "?uploadId=" + url.QueryEscape(*up.UploadId)
+	for _, root := range []string{"Delete", "X"} {
+		doc := "<" + root + "><Part><PartNumber>1</PartNumber><ETag>" + *part.ETag + "</ETag></Part></" + root + ">"
+		if r := doRaw(g.Endpoint, "POST", path, []byte(doc), nil); r.Status != 400 || r.Code != "MalformedXML" {
+			t.Errorf("Complete under <%s>: %+v", root, r)
+		}
+		requireAbsent(t, g.Store, bucket, key, "Complete under <"+root+">")
+	}
+	if n := len(attemptsOf(t, bucket, key)); n != 1 { // the upload's own
+		t.Errorf("%d attempts: a refused Complete took the lease", n)
+	}
+	doc = []byte("<CompleteMultipartUpload><Part><PartNumber>1</PartNumber><ETag>" + *part.ETag + "</ETag></Part></CompleteMultipartUpload>")
+	if r := doRaw(g.Endpoint, "POST", path, doc, nil); r.Status != 200 {
+		t.Errorf("the proper Complete: %+v", r)
 	}
 }

@@ -3,6 +3,7 @@ package gateway
 import (
 	"bytes"
 	"context"
+	"encoding/xml"
 	"io"
 	"net/http"
 	"strconv"
@@ -49,6 +50,24 @@ func readResult(resp *http.Response) ([]byte, *apiError) {
 			Message: orDefault(xmlElement(body, "Message"), "The store reported an error after accepting the request.")}
 	}
 	return body, nil
+}
+
+var errMalformedXML = newAPIError("MalformedXML", http.StatusBadRequest,
+	"The XML you provided was not well-formed or did not validate against our published schema.")
+
+// documentRoot is the local name of an XML document's root element ("" when
+// there is none before an error or the end).
+func documentRoot(doc []byte) string {
+	d := xml.NewDecoder(bytes.NewReader(doc))
+	for {
+		tok, err := d.Token()
+		if err != nil {
+			return ""
+		}
+		if el, ok := tok.(xml.StartElement); ok {
+			return el.Name.Local
+		}
+	}
 }
 
 func orDefault(s, d string) string {
@@ -154,6 +173,11 @@ func (s *Server) completeUpload(ctx *fasthttp.RequestCtx, r *request) *apiError 
 		return e
 	}
 	defer u.finish(r)
+	if documentRoot(u.body) != "CompleteMultipartUpload" {
+		// Refused here, before the lease: a store that reads the parts of
+		// a document of any root would publish the upload.
+		return errMalformedXML
+	}
 	w := keyWrite{
 		op: "complete", declared: -1, clientCond: hasClientCondition(r),
 		acknowledge: func(resp *http.Response) (lease.Landed, *apiError) {
