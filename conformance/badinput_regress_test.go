@@ -144,3 +144,18 @@ func TestDocumentOfAnotherRootIsMalformedXML(t *testing.T) {
 		t.Errorf("the proper Complete: %+v", r)
 	}
 }
+
+// A CompleteMultipartUpload's uploadId was looked up in PostgreSQL as it
+// came: one with a NUL byte or not UTF-8 failed the query, and the client
+// got 500 InternalError. No store makes such an id: NoSuchUpload.
+func TestCompleteOfAnUploadIDThatIsNotTextIsNoSuchUpload(t *testing.T) {
+	g := startGateway(t, gatewayOptions{})
+	bucket := "t-uploadid-" + randomSuffix()
+	createBucket(t, g.Endpoint, bucket)
+	doc := []byte(`<CompleteMultipartUpload><Part><PartNumber>1</PartNumber><ETag>"00"</ETag></Part></CompleteMultipartUpload>`)
+	for _, id := range []string{"%00", "a%00b", "%FF", "%C3%28"} {
+		if r := doRaw(g.Endpoint, "POST", "/"+bucket+"/k?uploadId="+id, doc, nil); r.Status != 404 || r.Code != "NoSuchUpload" {
+			t.Errorf("uploadId=%s: %+v", id, r)
+		}
+	}
+}

@@ -7,6 +7,8 @@ import (
 	"io"
 	"net/http"
 	"strconv"
+	"strings"
+	"unicode/utf8"
 
 	"github.com/valyala/fasthttp"
 
@@ -51,6 +53,9 @@ func readResult(resp *http.Response) ([]byte, *apiError) {
 	}
 	return body, nil
 }
+
+var errNoSuchUpload = newAPIError("NoSuchUpload", http.StatusNotFound,
+	"The specified upload does not exist. The upload ID may be invalid, or the upload may have been aborted or completed.")
 
 var errMalformedXML = newAPIError("MalformedXML", http.StatusBadRequest,
 	"The XML you provided was not well-formed or did not validate against our published schema.")
@@ -159,6 +164,11 @@ func (s *Server) abortUpload(ctx *fasthttp.RequestCtx, r *request) *apiError {
 // never makes a second (the repeat is answered by fencegate, not re-sent).
 func (s *Server) completeUpload(ctx *fasthttp.RequestCtx, r *request) *apiError {
 	uploadID := string(ctx.QueryArgs().Peek("uploadId"))
+	if !utf8.ValidString(uploadID) || strings.IndexByte(uploadID, 0) >= 0 {
+		// No store makes such an id, and PostgreSQL's text cannot hold it to
+		// look it up.
+		return errNoSuchUpload
+	}
 	dctx, cancel := s.dbctx()
 	a, tracked, err := s.deps.Tracker.UploadAttempt(dctx, uploadID)
 	cancel()
