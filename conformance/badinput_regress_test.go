@@ -159,3 +159,20 @@ func TestCompleteOfAnUploadIDThatIsNotTextIsNoSuchUpload(t *testing.T) {
 		}
 	}
 }
+
+// A path-style request whose bucket segment is empty ("//bucket/key") was
+// routed to the service level: a GET was answered as ListBuckets, a PUT as
+// 501 NotImplemented. It is InvalidURI.
+func TestEmptyBucketSegmentIsInvalidURI(t *testing.T) {
+	g := startGateway(t, gatewayOptions{})
+	bucket := "t-slash-" + randomSuffix()
+	createBucket(t, g.Endpoint, bucket)
+	for _, method := range []string{"GET", "PUT", "DELETE"} {
+		if r := doRaw(g.Endpoint, method, "//"+bucket+"/k", nil, nil); r.Status != 400 || r.Code != "InvalidURI" {
+			t.Errorf("%s //%s/k: %+v", method, bucket, r)
+		}
+	}
+	if r := doRaw(g.Endpoint, "GET", "/", nil, nil); r.Status != 200 {
+		t.Errorf("ListBuckets: %+v", r)
+	}
+}
