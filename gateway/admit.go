@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -53,6 +54,13 @@ func newRequestID() string {
 func (s *Server) admit(ctx *fasthttp.RequestCtx) (*request, *apiError) {
 	r := &request{id: newRequestID(), start: time.Now()}
 	uri := ctx.Request.URI()
+	if target := ctx.Request.Header.RequestURI(); len(target) > 0 && target[0] != '/' && target[0] != '*' &&
+		!bytes.EqualFold(uri.Host(), ctx.Request.Header.Host()) {
+		// An absolute-form target (http://host/path) names its own host,
+		// which HTTP says wins over the Host header; the signature and the
+		// routing use the Host header. Two hosts: the request is ambiguous.
+		return r, errInvalidURI
+	}
 	bucket, key, ok := route(ctx.Request.Header.Host(), uri.PathOriginal(), s.cfg.Domains)
 	if !ok {
 		return r, errInvalidURI
