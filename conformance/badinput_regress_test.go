@@ -206,3 +206,23 @@ func TestAbsoluteFormTargetOfAnotherHostIsRefused(t *testing.T) {
 		}
 	}
 }
+
+// A GET or HEAD with a body (signed and verified) was sent on with it, and
+// the store client's read connections carry no body: the client got 503
+// ServiceUnavailable. The body is verified and not sent on.
+func TestReadWithABodyIsServed(t *testing.T) {
+	g := startGateway(t, gatewayOptions{})
+	bucket := "t-readbody-" + randomSuffix()
+	createBucket(t, g.Endpoint, bucket)
+	if r := putRaw(g.Endpoint, bucket, "k", []byte("v"), nil); r.Status != 200 {
+		t.Fatalf("PUT: %+v", r)
+	}
+	for _, c := range []struct {
+		method, key string
+		status      int
+	}{{"GET", "k", 200}, {"HEAD", "k", 200}, {"GET", "absent", 404}, {"GET", "", 200}} {
+		if r := doRaw(g.Endpoint, c.method, "/"+bucket+"/"+c.key, []byte("a body"), nil); r.Status != c.status {
+			t.Errorf("%s /%s/%s with a body: %+v", c.method, bucket, c.key, r)
+		}
+	}
+}
