@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -35,7 +36,11 @@ func rawAnswer(t *testing.T, url string, raw string) (int, string, string) {
 		t.Fatal(err)
 	}
 	_ = c.(*net.TCPConn).CloseWrite()
-	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+	br := bufio.NewReader(c)
+	resp, err := http.ReadResponse(br, nil)
+	for err == nil && resp.StatusCode == http.StatusContinue {
+		resp, err = http.ReadResponse(br, nil)
+	}
 	if err != nil {
 		t.Fatalf("no answer: %v", err)
 	}
@@ -225,4 +230,66 @@ func TestReadWithABodyIsServed(t *testing.T) {
 			t.Errorf("%s /%s/%s with a body: %+v", c.method, bucket, c.key, r)
 		}
 	}
+}
+
+// A PutObject or UploadPart declaring more than S3's 5 GiB took a lease and
+// was sent to the store: SeaweedFS refused a plain one itself, an aws-chunked
+// one streamed until its body ended (a client sending 5 TiB would hold the
+// key's lease while it did). It is EntityTooLarge from its headers, before
+// the body and any lease.
+func TestPutOver5GiBIsEntityTooLarge(t *testing.T) {
+	g := startGateway(t, gatewayOptions{})
+	bucket := "t-toolarge-" + randomSuffix()
+	createBucket(t, g.Endpoint, bucket)
+	const size = 6 << 30
+	for _, c := range []struct {
+		name  string
+		extra map[string]string
+		body  int
+	}{
+		{"Expect: 100-continue", map[string]string{"Expect": "100-continue"}, 0},
+		{"16 KiB of the body sent", nil, 16 << 10},
+		{"aws-chunked", map[string]string{"Content-Encoding": "aws-chunked", "X-Amz-Decoded-Content-Length": "6442450944",
+			"X-Amz-Content-Sha256": "STREAMING-UNSIGNED-PAYLOAD-TRAILER", "X-Amz-Trailer": "x-amz-checksum-crc32", "Expect": "100-continue"}, 0},
+	} {
+		head := string(rawSignedHead(t, g.Endpoint, "PUT", "/"+bucket+"/k", size+1<<20, c.extra))
+		if c.extra["X-Amz-Content-Sha256"] != "" { // rawSignedHead signs UNSIGNED-PAYLOAD: sign the streaming mode instead
+			head = streamingHead(t, g, bucket, size+1<<20, c.extra)
+		}
+		status, code, body := rawAnswer(t, g.URL, head+strings.Repeat("x", c.body))
+		if status != 400 || code != "EntityTooLarge" {
+			t.Errorf("%s: %d %s\n%s", c.name, status, code, body)
+		}
+	}
+	requireAbsent(t, g.Store, bucket, "k", "PUT of 6 GiB")
+	if n := len(attemptsOf(t, bucket, "k")); n != 0 {
+		t.Errorf("%d attempts", n)
+	}
+}
+
+// streamingHead is rawSignedHead for an unsigned aws-chunked payload with a
+// trailer (STREAMING-UNSIGNED-PAYLOAD-TRAILER), the SDKs' default form.
+func streamingHead(t *testing.T, g *testGateway, bucket string, size int64, extra map[string]string) string {
+	t.Helper()
+	const mode = "STREAMING-UNSIGNED-PAYLOAD-TRAILER"
+	req, err := http.NewRequest("PUT", g.URL+"/"+bucket+"/k", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.ContentLength = size
+	for k, v := range extra {
+		req.Header.Set(k, v)
+	}
+	creds := aws.Credentials{AccessKeyID: g.AccessKey, SecretAccessKey: g.SecretKey}
+	if err := s3Signer().SignHTTP(context.Background(), creds, req, mode, "s3", "us-east-1", time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	var b strings.Builder
+	b.WriteString("PUT " + req.URL.RequestURI() + " HTTP/1.1\r\nHost: " + req.URL.Host + "\r\nContent-Length: " + strconv.FormatInt(size, 10) + "\r\n")
+	for k, vs := range req.Header {
+		for _, v := range vs {
+			b.WriteString(k + ": " + v + "\r\n")
+		}
+	}
+	return b.String() + "\r\n"
 }

@@ -124,6 +124,17 @@ func (s *Server) admit(ctx *fasthttp.RequestCtx) (*request, *apiError) {
 			return r, e
 		}
 	}
+	if r.op.Body == BodyStreamed {
+		// Refused from its declared size, before a byte of it is read or a
+		// lease taken, as S3 does.
+		n := r.auth.ContentLength
+		if r.auth.Payload.Chunked() {
+			n = r.auth.DecodedContentLength
+		}
+		if n > maxObjectSize {
+			return r, asAPIError(sigv4.ErrEntityTooLarge(n, maxObjectSize))
+		}
+	}
 	if copySource != "" {
 		srcBucket, srcKey, err := parseCopySource(copySource)
 		if err != nil {
@@ -138,6 +149,9 @@ func (s *Server) admit(ctx *fasthttp.RequestCtx) (*request, *apiError) {
 	}
 	return r, nil
 }
+
+// maxObjectSize is S3's limit on the data of one PutObject or UploadPart.
+const maxObjectSize = 5 << 30
 
 // parseCopySource reads x-amz-copy-source: "[/]bucket/key[?versionId=...]",
 // URL-encoded.
