@@ -5,10 +5,12 @@ import (
 	"context"
 	"crypto/md5"
 	"encoding/base64"
+	"encoding/json"
 	"io"
 	"net"
 	"net/http"
 	"net/url"
+	"os"
 	"strconv"
 	"strings"
 	"testing"
@@ -16,6 +18,8 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
+
+	"github.com/fencegate/fencegate/internal/testenv"
 )
 
 // Regression tests for the gateway bugs the hostile-request corpus
@@ -292,4 +296,39 @@ func streamingHead(t *testing.T, g *testGateway, bucket string, size int64, extr
 		}
 	}
 	return b.String() + "\r\n"
+}
+
+// fasthttp printed a request it could not read, its bytes included (the
+// Authorization header, a signature a reader of the log could replay), to
+// the process's stderr through the standard logger, outside the gateway's
+// JSON log. Its lines go to the JSON log, without the request's bytes.
+func TestUnreadableRequestIsNotLoggedWithItsBytes(t *testing.T) {
+	g := startGatewayProcess(t, testenv.Store(t), "FENCEGATE_LOG_LEVEL=info")
+	marker := strings.Repeat("5ee", 21) + "d"
+	head := "PUT /b/k HTTP/1.1\r\nHost: h\r\nX-Amz-Content-Sha256: UNSIGNED-PAYLOAD\r\nX-Amz-Date: 20260101T000000Z\r\n" +
+		"Authorization: AWS4-HMAC-SHA256 Credential=" + g.AccessKey + "/20260101/us-east-1/s3/aws4_request, SignedHeaders=host, Signature=" + marker + "\r\n"
+	for _, raw := range []string{
+		head + "Content-Length: 1x\r\n\r\nx",
+		head + "X-Pad: " + strings.Repeat("a", 20<<10) + "\r\n\r\n",
+		head + "Transfer-Encoding: xchunked\r\n\r\n",
+	} {
+		if status, _, body := rawAnswer(t, g.URL, raw); status != 400 {
+			t.Fatalf("%d\n%s", status, body)
+		}
+	}
+	if status, _, _ := rawAnswer(t, g.URL, "GET /healthz-is-not-here HTTP/1.1\r\nHost: h\r\n\r\n"); status == 0 {
+		t.Fatal("the gateway stopped answering")
+	}
+	log, err := os.ReadFile(g.proc.LogPath())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(string(log), marker) {
+		t.Errorf("the log holds the request's signature:\n%s", log)
+	}
+	for _, line := range strings.Split(strings.TrimSpace(string(log)), "\n") {
+		if line != "" && !json.Valid([]byte(line)) {
+			t.Errorf("a log line that is not JSON: %.300s", line)
+		}
+	}
 }
