@@ -12,6 +12,20 @@
 // only an endpoint and a key that may write one bucket, so both a
 // conformance test and a chaos campaign (against gateways under faults) can
 // use it; it never depends on testing.T.
+//
+// The corpus signs its requests itself, byte for byte as they are sent, with
+// the canonicalization the gateway's verifier (package sigv4) applies, so that
+// each case's bad part is its only one. Its first cases are controls, valid
+// requests that must succeed (a PutObject plain, in signed aws-chunked framing
+// and with an unsigned trailer, and a DeleteObjects): they prove the signing
+// and framing right. Every key the corpus names is under the run's folder
+// (Target.Prefix and a random name); Run deletes what the controls wrote and
+// aborts the multipart uploads the Complete cases opened.
+//
+//	results := badinput.Run(ctx, badinput.Target{URL: ..., AccessKey: ..., SecretKey: ..., Bucket: ...}, badinput.Cases())
+//	for _, r := range results {
+//		if r.Problem != "" { ... }
+//	}
 package badinput
 
 import (
@@ -38,7 +52,7 @@ type Target struct {
 	// Prefix of every key the corpus names ("" is "badinput/"); each Run adds
 	// a random folder of its own under it.
 	Prefix string
-	// Timeout bounds each case, from dial to the server's close ("" is 15 s):
+	// Timeout bounds each case, from dial to the server's close (0 is 15 s):
 	// a case still open then has hung.
 	Timeout time.Duration
 	// DuringFaults: the store or the database behind the endpoint may be
@@ -91,6 +105,9 @@ type Case struct {
 	method  string // of the first request, for reading its answer ("" PUT)
 	build   func(e *env) ([]byte, error)
 }
+
+// Control reports a control case: a valid request that must succeed.
+func (c Case) Control() bool { return c.control }
 
 // Want renders the accepted answers.
 func (c Case) Want() string {
