@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -53,6 +54,13 @@ func newRequestID() string {
 func (s *Server) admit(ctx *fasthttp.RequestCtx) (*request, *apiError) {
 	r := &request{id: newRequestID(), start: time.Now()}
 	uri := ctx.Request.URI()
+	if target := ctx.Request.Header.RequestURI(); len(target) > 0 && target[0] != '/' && target[0] != '*' &&
+		!bytes.EqualFold(uri.Host(), ctx.Request.Header.Host()) {
+		// An absolute-form target (http://host/path) names its own host,
+		// which HTTP says wins over the Host header; the signature and the
+		// routing use the Host header. Two hosts: the request is ambiguous.
+		return r, errInvalidURI
+	}
 	bucket, key, ok := route(ctx.Request.Header.Host(), uri.PathOriginal(), s.cfg.Domains)
 	if !ok {
 		return r, errInvalidURI
@@ -116,6 +124,17 @@ func (s *Server) admit(ctx *fasthttp.RequestCtx) (*request, *apiError) {
 			return r, e
 		}
 	}
+	if r.op.Body == BodyStreamed {
+		// Refused from its declared size, before a byte of it is read or a
+		// lease taken, as S3 does.
+		n := r.auth.ContentLength
+		if r.auth.Payload.Chunked() {
+			n = r.auth.DecodedContentLength
+		}
+		if n > maxObjectSize {
+			return r, asAPIError(sigv4.ErrEntityTooLarge(n, maxObjectSize))
+		}
+	}
 	if copySource != "" {
 		srcBucket, srcKey, err := parseCopySource(copySource)
 		if err != nil {
@@ -130,6 +149,9 @@ func (s *Server) admit(ctx *fasthttp.RequestCtx) (*request, *apiError) {
 	}
 	return r, nil
 }
+
+// maxObjectSize is S3's limit on the data of one PutObject or UploadPart.
+const maxObjectSize = 5 << 30
 
 // parseCopySource reads x-amz-copy-source: "[/]bucket/key[?versionId=...]",
 // URL-encoded.

@@ -16,6 +16,9 @@ import (
 )
 
 type deleteRequest struct {
+	// XMLName is the document's root: anything but <Delete> is refused
+	// (encoding/xml would read <Object>s under any root).
+	XMLName xml.Name
 	Quiet   bool `xml:"Quiet"`
 	Objects []struct {
 		Key       string `xml:"Key"`
@@ -46,8 +49,8 @@ func (s *Server) deleteObjects(ctx *fasthttp.RequestCtx, r *request) *apiError {
 		return asAPIError(err)
 	}
 	var dr deleteRequest
-	if err := xml.Unmarshal(body, &dr); err != nil || len(dr.Objects) == 0 {
-		return newAPIError("MalformedXML", http.StatusBadRequest, "The XML you provided was not well-formed or did not validate against our published schema.")
+	if err := xml.Unmarshal(body, &dr); err != nil || len(dr.Objects) == 0 || dr.XMLName.Local != "Delete" {
+		return errMalformedXML
 	}
 	if len(dr.Objects) > 1000 {
 		return newAPIError("MalformedXML", http.StatusBadRequest, "The request may contain at most 1000 keys.")

@@ -2,6 +2,8 @@ package gateway
 
 import (
 	"errors"
+	"io"
+	"net"
 	"net/http"
 	"strconv"
 
@@ -42,6 +44,34 @@ var (
 	errBackendAuth    = newAPIError("InternalError", http.StatusInternalServerError,
 		"The gateway's own credentials for the store are misconfigured; the operator has been told in the log.")
 )
+
+// What fasthttp cannot read (parseError) is answered with S3's codes for it.
+var (
+	errBadRequest          = newAPIError("BadRequest", http.StatusBadRequest, "An error occurred when parsing the HTTP request.")
+	errHeaderSectionTooBig = newAPIError("RequestHeaderSectionTooLarge", http.StatusBadRequest,
+		"Your request header section exceeds the maximum allowed size.")
+	errIncompleteBody = newAPIError("IncompleteBody", http.StatusBadRequest,
+		"You did not provide the number of bytes specified by the Content-Length HTTP header.")
+)
+
+// parseError is the S3 server's ErrorHandler: a request fasthttp could not
+// read (its request line, its header section, its framing, a body cut short
+// before the handler ran) is answered with an S3 XML error like any other
+// (W10), not fasthttp's plain text. fasthttp closes the connection after it.
+func parseError(ctx *fasthttp.RequestCtx, err error) {
+	e := errBadRequest
+	var small *fasthttp.ErrSmallBuffer
+	var ne net.Error
+	switch {
+	case errors.As(err, &small):
+		e = errHeaderSectionTooBig
+	case errors.As(err, &ne) && ne.Timeout():
+		e = errRequestTimeout
+	case errors.Is(err, io.ErrUnexpectedEOF):
+		e = errIncompleteBody
+	}
+	writeError(ctx, newRequestID(), e)
+}
 
 // asAPIError turns any error into the S3 answer for it. Errors that are not
 // already S3 errors are internal: their text is logged, never sent.

@@ -200,6 +200,11 @@ func (s *Server) buildUpstream(ctx *fasthttp.RequestCtx, r *request) (*upstream,
 		return nil, asAPIError(err)
 	}
 	copyRequestHeaders(req.Header, r.hdr, nil)
+	if req.Method == http.MethodGet || req.Method == http.MethodHead {
+		// A read's body (verified all the same) is not sent on: S3 ignores
+		// it, and the store's read connections carry none (store/conn.go).
+		body = nil
+	}
 	u.setBody(body)
 	return u, nil
 }

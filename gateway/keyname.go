@@ -16,6 +16,7 @@ var (
 	errKeyNotUTF8  = newAPIError("InvalidArgument", http.StatusBadRequest, "Object keys must be valid UTF-8.")
 	errFoldedKey   = newAPIError("InvalidArgument", http.StatusBadRequest, "Object keys with an empty, '.' or '..' path segment (a leading '/', '//', '/./', '/../') are refused: the store folds them into another key.")
 	errBackslashIn = newAPIError("InvalidArgument", http.StatusBadRequest, "Object keys containing '\\' are refused: the store folds '\\' into '/', so the key would name another object.")
+	errNULInKey    = newAPIError("InvalidArgument", http.StatusBadRequest, "Object keys containing a NUL byte are refused: neither the catalog nor the store can hold them.")
 )
 
 // checkKey applies S3's key rules, and refuses the spellings the store would
@@ -33,6 +34,10 @@ func (s *Server) checkKey(key string) *apiError {
 		return errKeyTooLong
 	case !utf8.ValidString(key):
 		return errKeyNotUTF8
+	case strings.IndexByte(key, 0) >= 0:
+		// PostgreSQL's text cannot hold it (the lease and the catalog would
+		// fail with a 500), and stores refuse it.
+		return errNULInKey
 	case foldsAsPath(key):
 		return errFoldedKey
 	case strings.ContainsRune(key, '\\') && !s.keepsBackslash.Load():

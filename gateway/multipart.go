@@ -3,9 +3,12 @@ package gateway
 import (
 	"bytes"
 	"context"
+	"encoding/xml"
 	"io"
 	"net/http"
 	"strconv"
+	"strings"
+	"unicode/utf8"
 
 	"github.com/valyala/fasthttp"
 
@@ -49,6 +52,27 @@ func readResult(resp *http.Response) ([]byte, *apiError) {
 			Message: orDefault(xmlElement(body, "Message"), "The store reported an error after accepting the request.")}
 	}
 	return body, nil
+}
+
+var errNoSuchUpload = newAPIError("NoSuchUpload", http.StatusNotFound,
+	"The specified upload does not exist. The upload ID may be invalid, or the upload may have been aborted or completed.")
+
+var errMalformedXML = newAPIError("MalformedXML", http.StatusBadRequest,
+	"The XML you provided was not well-formed or did not validate against our published schema.")
+
+// documentRoot is the local name of an XML document's root element ("" when
+// there is none before an error or the end).
+func documentRoot(doc []byte) string {
+	d := xml.NewDecoder(bytes.NewReader(doc))
+	for {
+		tok, err := d.Token()
+		if err != nil {
+			return ""
+		}
+		if el, ok := tok.(xml.StartElement); ok {
+			return el.Name.Local
+		}
+	}
 }
 
 func orDefault(s, d string) string {
@@ -140,6 +164,11 @@ func (s *Server) abortUpload(ctx *fasthttp.RequestCtx, r *request) *apiError {
 // never makes a second (the repeat is answered by fencegate, not re-sent).
 func (s *Server) completeUpload(ctx *fasthttp.RequestCtx, r *request) *apiError {
 	uploadID := string(ctx.QueryArgs().Peek("uploadId"))
+	if !utf8.ValidString(uploadID) || strings.IndexByte(uploadID, 0) >= 0 {
+		// No store makes such an id, and PostgreSQL's text cannot hold it to
+		// look it up.
+		return errNoSuchUpload
+	}
 	dctx, cancel := s.dbctx()
 	a, tracked, err := s.deps.Tracker.UploadAttempt(dctx, uploadID)
 	cancel()
@@ -154,6 +183,11 @@ func (s *Server) completeUpload(ctx *fasthttp.RequestCtx, r *request) *apiError 
 		return e
 	}
 	defer u.finish(r)
+	if documentRoot(u.body) != "CompleteMultipartUpload" {
+		// Refused here, before the lease: a store that reads the parts of
+		// a document of any root would publish the upload.
+		return errMalformedXML
+	}
 	w := keyWrite{
 		op: "complete", declared: -1, clientCond: hasClientCondition(r),
 		acknowledge: func(resp *http.Response) (lease.Landed, *apiError) {

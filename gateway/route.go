@@ -24,6 +24,11 @@ func route(host, rawPath []byte, domains []string) (bucket, key string, ok bool)
 		}
 	}
 	bucket, key, _ = strings.Cut(path, "/")
+	if bucket == "" && key != "" {
+		// "//bucket/key": an empty bucket segment would make an object
+		// request a service-level one (ListBuckets, or NotImplemented).
+		return "", "", false
+	}
 	return bucket, key, true
 }
 

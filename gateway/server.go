@@ -222,6 +222,7 @@ func New(ctx context.Context, cfg Config, deps Deps) (*Server, error) {
 	s.s3 = &fasthttp.Server{
 		Handler:                       s.handle,
 		ExpectHandler:                 s.expect,
+		ErrorHandler:                  parseError,
 		Name:                          "fencegate",
 		DisableHeaderNamesNormalizing: true,
 		NoDefaultServerHeader:         true,
@@ -244,6 +245,11 @@ func New(ctx context.Context, cfg Config, deps Deps) (*Server, error) {
 		IdleTimeout:     cfg.IdleTimeout,
 		ConnState:       s.conns.connState,
 		CloseOnShutdown: true,
+		// fasthttp's own log of a connection it could not serve goes to the
+		// gateway's log, without the request's bytes (its Authorization and
+		// signature: a reader of the log could replay the request).
+		Logger:                fasthttpLog{deps.Log},
+		SecureErrorLogMessage: true,
 	}
 	if cfg.AdminListen != "" {
 		aln, err := net.Listen("tcp", cfg.AdminListen)
@@ -255,6 +261,13 @@ func New(ctx context.Context, cfg Config, deps Deps) (*Server, error) {
 		s.admin = &http.Server{Handler: s.adminHandler(), ReadHeaderTimeout: 10 * time.Second}
 	}
 	return s, nil
+}
+
+// fasthttpLog takes fasthttp's log lines into the gateway's structured log.
+type fasthttpLog struct{ log *slog.Logger }
+
+func (l fasthttpLog) Printf(format string, args ...any) {
+	l.log.Info("http server", "message", fmt.Sprintf(format, args...))
 }
 
 // Addr is the S3 API's bound address.
