@@ -85,6 +85,15 @@ type Campaign struct {
 	clients *clients
 	etags   *etagBook
 	sources []string
+
+	mu         sync.Mutex
+	violations []string // found while the campaign runs (the bad-input corpus)
+}
+
+func (c *Campaign) addViolation(v string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.violations = append(c.violations, v)
 }
 
 func (c *Campaign) logf(format string, args ...any) {
@@ -213,7 +222,9 @@ func (c *Campaign) setUp(ctx context.Context) error {
 // attempts' records, audits, and checks the history.
 func (c *Campaign) finish(ctx context.Context, rep *Report) {
 	s := c.stack
-	var problems []string
+	c.mu.Lock()
+	problems := append([]string(nil), c.violations...)
+	c.mu.Unlock()
 	for _, g := range s.gateways {
 		g.storeHTTP.Reset()
 		g.pgProxy.Blackhole(false)

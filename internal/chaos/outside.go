@@ -16,6 +16,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 
+	"github.com/fencegate/fencegate/internal/badinput"
 	"github.com/fencegate/fencegate/internal/chaos/history"
 )
 
@@ -122,8 +123,24 @@ func (c *Campaign) directClient() *s3.Client {
 	})
 }
 
-// badInput runs the hostile-request corpus against gateway gi (filled in
-// with internal/badinput).
+// badInput runs the hostile-request corpus against gateway gi while faults may
+// be in force: every case must get an S3 error (or a 500/503 where the store
+// or database is reached), never a success or a hang; a misbehaviour is a
+// violation of the campaign. Leaked leases are caught by the final check.
 func (c *Campaign) badInput(ctx context.Context, gi int) string {
-	return "pending"
+	url := c.gatewayURL(gi)
+	if url == "" {
+		return "gateway down: not run"
+	}
+	k := c.stack.client
+	results := badinput.Run(ctx, badinput.Target{URL: url, AccessKey: k.AccessKey, SecretKey: k.SecretKey, Region: "us-east-1",
+		Bucket: badInputBucket, DuringFaults: true}, badinput.Cases())
+	problems := 0
+	for _, r := range results {
+		if r.Problem != "" {
+			problems++
+			c.addViolation(fmt.Sprintf("bad input %q at gateway %d: %s", r.Case, gi, r.Problem))
+		}
+	}
+	return fmt.Sprintf("%d cases, %d problems", len(results), problems)
 }
