@@ -278,6 +278,9 @@ func TestUnrecordedUploadIDIsBound(t *testing.T) {
 	case <-time.After(30 * time.Second):
 		t.Fatal("the Create was never answered")
 	}
+	// The connections that lived through the blackhole are broken (and the
+	// cancel request for the timed-out statement waits on one): reset them all.
+	pgp.CutAll()
 	pgp.Blackhole(false)
 	if cr.err != nil || cr.id == "" {
 		t.Fatalf("the Create: %q, %v; want the store's answer relayed", cr.id, cr.err)

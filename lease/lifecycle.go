@@ -22,7 +22,7 @@ import (
 // Work kinds.
 const (
 	KindUnresolved = "unresolved" // keys with unknown attempts or dead holders: settled
-	KindUploads    = "uploads"    // abandoned multipart uploads fencegate created: aborted
+	KindUploads    = "uploads"    // multipart Creates without a recorded upload id: bound or failed; abandoned uploads: aborted
 	KindAudit      = "audit"      // the incremental bucket audit: divergence settled, foreign uploads found
 	KindPrune      = "prune"      // settled attempts, acknowledged outbox rows, idle lease rows: deleted
 )
@@ -155,6 +155,11 @@ func (c *LifecycleConfig) setDefaults(ttl time.Duration) {
 // implements it).
 type LifecycleDriver interface {
 	ClaimAbandonedUploads(ctx context.Context, limit int, idle, claimFor time.Duration) ([]meta.Upload, error)
+	ClaimUnboundUploads(ctx context.Context, limit int, settle, claimFor time.Duration) ([]meta.UnboundUpload, error)
+	UnboundUploads(ctx context.Context, bucket, key string) ([]meta.UnboundUpload, error)
+	BoundUploads(ctx context.Context, ids []string) (map[string]bool, error)
+	BindUpload(ctx context.Context, attemptID, uploadID string) (bool, error)
+	UnboundFailed(ctx context.Context, attemptID, reason string) error
 	UploadActive(ctx context.Context, attemptID string, at time.Time) error
 	Unclaim(ctx context.Context, attemptID string, untried bool) error
 	UploadAbortable(ctx context.Context, attemptID string) (bool, error)
@@ -205,6 +210,8 @@ type LifecycleStore interface {
 	Store
 	ListPage(ctx context.Context, bucket, prefix, after string, max int) (Page, error)
 	ListUploads(ctx context.Context, bucket, keyMarker, uploadMarker string, max int) (UploadsPage, error)
+	// KeyUploads lists the uploads in progress at exactly key.
+	KeyUploads(ctx context.Context, bucket, key string) ([]StoreUpload, error)
 	// LastPart is the upload's newest part's upload time (zero: no parts).
 	LastPart(ctx context.Context, bucket, key, uploadID string) (time.Time, error)
 	AbortUpload(ctx context.Context, bucket, key, uploadID string) error
