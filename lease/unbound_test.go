@@ -91,6 +91,24 @@ func TestUnboundUploadsAreBound(t *testing.T) {
 	late, _ := unboundAttempt(t, c, bucket, "late", meta.StateUnknown, 5*time.Minute, sec)
 	st.put(bucket, "late", "u-late", time.Now().Add(-time.Minute)) // long after late's Create
 
+	// The audit tells the uploads an unbound attempt may have made from
+	// foreign ones.
+	aud := lease.Auditor{DB: c, Store: st, DBTimeout: time.Second}
+	foreign, unbound, _, err := aud.ForeignUploads(ctx, bucket, "", "", 1000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ids := func(ups []lease.StoreUpload) string {
+		var out []string
+		for _, u := range ups {
+			out = append(out, u.UploadID)
+		}
+		return strings.Join(out, ",")
+	}
+	if f, u := ids(foreign), ids(unbound); f != "foreign,u-late" || u != "u1,u2,u3,u-young" {
+		t.Errorf("audit: foreign %s, unbound %s; want foreign,u-late and u1,u2,u3,u-young", f, u)
+	}
+
 	svc := service(t, c, m, st, lease.LifecycleConfig{Kinds: []string{lease.KindUploads}, RetryAfter: time.Second})
 	k := svc.RunOnce(ctx).Kind(lease.KindUploads)
 	if k.Counts.Claimed != 5 || k.Counts.Completed != 4 || k.Counts.Skipped != 1 || k.Counts.Failed != 0 {
@@ -119,6 +137,12 @@ func TestUnboundUploadsAreBound(t *testing.T) {
 		if st.abortsOf(id) != 0 {
 			t.Errorf("upload %s was aborted", id)
 		}
+	}
+	if foreign, unbound, _, err = aud.ForeignUploads(ctx, bucket, "", "", 1000); err != nil {
+		t.Fatal(err)
+	}
+	if f, u := ids(foreign), ids(unbound); f != "foreign,u-late" || u != "u-young" {
+		t.Errorf("audit after the pass: foreign %s, unbound %s; want foreign,u-late and u-young", f, u)
 	}
 }
 
