@@ -187,8 +187,9 @@ func TestConvergeRandomized(t *testing.T) {
 		final[key] = putAfterDivergence(t, g, bucket, key, body).ETag
 	}
 	// The reconciler settles what the dropped answers left unknown. A
-	// CreateMultipartUpload whose answer was lost stays unknown (an upload may
-	// exist at the store), but it is no guard on the key's bytes.
+	// CreateMultipartUpload whose answer was lost stays unknown here (an
+	// upload may exist at the store; the uploads kind, not run here, binds it
+	// after --upload-create-settle), but it is no guard on the key's bytes.
 	uploadsUnknown := 0
 	waitFor(t, "no write attempt left leased or unknown", 60*time.Second, func() bool {
 		n, uploads := 0, 0

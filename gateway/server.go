@@ -369,6 +369,15 @@ func (l leaseStore) ListUploads(ctx context.Context, bucket, keyMarker, uploadMa
 	return out, err
 }
 
+func (l leaseStore) KeyUploads(ctx context.Context, bucket, key string) ([]lease.StoreUpload, error) {
+	ups, err := l.c.KeyUploads(ctx, bucket, key)
+	out := make([]lease.StoreUpload, len(ups))
+	for i, u := range ups {
+		out[i] = lease.StoreUpload{Key: u.Key, UploadID: u.UploadID, Initiated: u.Initiated}
+	}
+	return out, err
+}
+
 func (l leaseStore) LastPart(ctx context.Context, bucket, key, uploadID string) (time.Time, error) {
 	at, _, err := l.c.LastPart(ctx, bucket, key, uploadID)
 	return at, noSuchUpload(err)

@@ -15,6 +15,11 @@ const (
 	Differs        = "differs"         // the object's ETag or size is not the catalog's
 	UnknownAttempt = "unknown_attempt" // bytes whose attempt id names an attempt the catalog has unresolved or not at all
 	ForeignUpload  = "foreign_upload"  // a multipart upload in progress that fencegate did not create
+	// UnboundUpload: a multipart upload in progress that no attempt names
+	// yet, but that a multipart attempt at its key whose Create left no
+	// upload id in the catalog (answer lost, or id not recorded) may have
+	// created: the uploads work kind binds it to that attempt.
+	UnboundUpload = "unbound_upload"
 )
 
 // Finding is one divergence between the store and the catalog.
@@ -110,25 +115,51 @@ func (a Auditor) AuditPage(ctx context.Context, bucket, prefix, after, afterKey 
 }
 
 // ForeignUploads lists one page of bucket's multipart uploads in progress
-// and returns those fencegate did not create.
-func (a Auditor) ForeignUploads(ctx context.Context, bucket, keyMarker, uploadMarker string, max int) ([]StoreUpload, UploadsPage, error) {
-	p, err := a.Store.ListUploads(ctx, bucket, keyMarker, uploadMarker, max)
+// and returns those no attempt names: foreign ones, which fencegate did not
+// create, and unbound ones, which a multipart attempt at their key whose
+// Create left no upload id in the catalog may have created (initiated
+// within its Create's window, or without an Initiated time to tell): those
+// are the uploads work kind's to bind, never the foreign policy's.
+func (a Auditor) ForeignUploads(ctx context.Context, bucket, keyMarker, uploadMarker string, max int) (foreign, unbound []StoreUpload, p UploadsPage, err error) {
+	p, err = a.Store.ListUploads(ctx, bucket, keyMarker, uploadMarker, max)
 	if err != nil {
-		return nil, p, err
+		return nil, nil, p, err
 	}
-	var out []StoreUpload
+	attempts := map[string][]meta.UnboundUpload{} // by key, read once per page
 	for _, u := range p.Uploads {
 		dctx, cancel := a.dbctx(ctx)
 		tracked, err := a.DB.UploadTracked(dctx, u.UploadID)
 		cancel()
 		if err != nil {
-			return nil, p, err
+			return nil, nil, p, err
 		}
-		if !tracked {
-			out = append(out, u)
+		if tracked {
+			continue
+		}
+		atts, seen := attempts[u.Key]
+		if !seen {
+			dctx, cancel := a.dbctx(ctx)
+			atts, err = a.DB.UnboundUploads(dctx, bucket, u.Key)
+			cancel()
+			if err != nil {
+				return nil, nil, p, err
+			}
+			attempts[u.Key] = atts
+		}
+		ours := false
+		for _, at := range atts {
+			if u.Initiated.IsZero() || mayHaveCreated(at, u.Initiated) {
+				ours = true
+				break
+			}
+		}
+		if ours {
+			unbound = append(unbound, u)
+		} else {
+			foreign = append(foreign, u)
 		}
 	}
-	return out, p, nil
+	return foreign, unbound, p, nil
 }
 
 // auditBatch advances one bucket's incremental audit by one page: its
@@ -170,7 +201,8 @@ func (s *Service) auditBatch(ctx context.Context) (Counts, bool, error) {
 			return fail(err)
 		}
 	}
-	foreign, up, err := aud.ForeignUploads(ictx, cur.Bucket, cur.UploadKey, cur.UploadID, s.cfg.AuditPage)
+	// Unbound uploads are left to the uploads kind, which binds them.
+	foreign, _, up, err := aud.ForeignUploads(ictx, cur.Bucket, cur.UploadKey, cur.UploadID, s.cfg.AuditPage)
 	if err != nil {
 		return fail(err)
 	}

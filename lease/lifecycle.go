@@ -22,7 +22,7 @@ import (
 // Work kinds.
 const (
 	KindUnresolved = "unresolved" // keys with unknown attempts or dead holders: settled
-	KindUploads    = "uploads"    // abandoned multipart uploads fencegate created: aborted
+	KindUploads    = "uploads"    // multipart Creates without a recorded upload id: bound or failed; abandoned uploads: aborted
 	KindAudit      = "audit"      // the incremental bucket audit: divergence settled, foreign uploads found
 	KindPrune      = "prune"      // settled attempts, acknowledged outbox rows, idle lease rows: deleted
 )
@@ -37,6 +37,18 @@ const (
 	ForeignAbort  = "abort"  // abort it once it is older than ForeignUploadAge
 )
 
+// DefaultUploadCreateSettle is how old a multipart attempt without a
+// recorded upload id must be before the uploads kind looks for its upload at
+// the store. A minute: far longer than a CreateMultipartUpload takes, so the
+// store has long finished any Create the gateway gave up on and an attempt
+// still open without an id is almost never a Create in flight (binding one
+// would be harmless: its own answer records the same id); and short beside
+// --upload-abandoned-after, so such an upload is soon bound, cleaned up like
+// any other and no longer reported by the audit. It does not follow the
+// reconcile interval, which tests shorten to milliseconds: the delay is
+// about the store and the Create, not the reconciler's cadence.
+const DefaultUploadCreateSettle = time.Minute
+
 // LifecycleConfig tunes the service. Zero values take their defaults.
 type LifecycleConfig struct {
 	Interval time.Duration // between passes (20 s); a pass also runs at start-up
@@ -49,6 +61,14 @@ type LifecycleConfig struct {
 	// UploadIdle: an open upload fencegate created whose creation and last
 	// part are older than this is abandoned and aborted (24 h).
 	UploadIdle time.Duration
+	// UploadCreateSettle: a multipart attempt whose CreateMultipartUpload
+	// left no upload id in the catalog (its outcome unknown, or the store's
+	// answer came but its id could not be recorded) is looked for at the
+	// store once it is this old, and bound to the upload found there (1 min).
+	UploadCreateSettle time.Duration
+	// UploadCreateGiveUp: such an attempt for which no upload is found this
+	// long after its Create is marked failed (10 x UploadCreateSettle).
+	UploadCreateGiveUp time.Duration
 	// ForeignUploads is the policy for uploads created straight at the store
 	// ("report", the default, or "abort"); ForeignUploadAge is the age (since
 	// the store's Initiated) after which "abort" aborts them (7 days).
@@ -64,8 +84,8 @@ type LifecycleConfig struct {
 
 // Validate refuses a configuration the service cannot run with.
 func (c LifecycleConfig) Validate() error {
-	for _, d := range []time.Duration{c.Interval, c.Budget, c.ClaimFor, c.RetryAfter, c.UploadIdle, c.ForeignUploadAge, c.AuditRest,
-		c.Retention.Attempts, c.Retention.Outbox, c.Retention.Leases} {
+	for _, d := range []time.Duration{c.Interval, c.Budget, c.ClaimFor, c.RetryAfter, c.UploadIdle, c.UploadCreateSettle, c.UploadCreateGiveUp,
+		c.ForeignUploadAge, c.AuditRest, c.Retention.Attempts, c.Retention.Outbox, c.Retention.Leases} {
 		if d < 0 {
 			return errors.New("reconciler durations must not be negative")
 		}
@@ -77,6 +97,13 @@ func (c LifecycleConfig) Validate() error {
 		return errors.New("audit page must be between 1 and 1000 keys")
 	case c.ForeignUploads != "" && c.ForeignUploads != ForeignReport && c.ForeignUploads != ForeignAbort:
 		return fmt.Errorf("foreign upload policy %q: want report or abort", c.ForeignUploads)
+	}
+	settle := c.UploadCreateSettle
+	if settle == 0 {
+		settle = DefaultUploadCreateSettle
+	}
+	if c.UploadCreateGiveUp > 0 && c.UploadCreateGiveUp < settle {
+		return errors.New("the give-up age of unrecorded multipart Creates must not be shorter than their settle delay")
 	}
 	for _, k := range c.Kinds {
 		if !knownKind(k) {
@@ -106,6 +133,8 @@ func (c *LifecycleConfig) setDefaults(ttl time.Duration) {
 	def(&c.ClaimFor, 2*ttl)
 	def(&c.RetryAfter, time.Second)
 	def(&c.UploadIdle, 24*time.Hour)
+	def(&c.UploadCreateSettle, DefaultUploadCreateSettle)
+	def(&c.UploadCreateGiveUp, 10*c.UploadCreateSettle)
 	def(&c.ForeignUploadAge, 7*24*time.Hour)
 	def(&c.AuditRest, c.Interval)
 	if c.Batch == 0 {
@@ -126,6 +155,11 @@ func (c *LifecycleConfig) setDefaults(ttl time.Duration) {
 // implements it).
 type LifecycleDriver interface {
 	ClaimAbandonedUploads(ctx context.Context, limit int, idle, claimFor time.Duration) ([]meta.Upload, error)
+	ClaimUnboundUploads(ctx context.Context, limit int, settle, claimFor time.Duration) ([]meta.UnboundUpload, error)
+	UnboundUploads(ctx context.Context, bucket, key string) ([]meta.UnboundUpload, error)
+	BoundUploads(ctx context.Context, ids []string) (map[string]bool, error)
+	BindUpload(ctx context.Context, attemptID, uploadID string) (bool, error)
+	UnboundFailed(ctx context.Context, attemptID, reason string) error
 	UploadActive(ctx context.Context, attemptID string, at time.Time) error
 	Unclaim(ctx context.Context, attemptID string, untried bool) error
 	UploadAbortable(ctx context.Context, attemptID string) (bool, error)
@@ -176,6 +210,8 @@ type LifecycleStore interface {
 	Store
 	ListPage(ctx context.Context, bucket, prefix, after string, max int) (Page, error)
 	ListUploads(ctx context.Context, bucket, keyMarker, uploadMarker string, max int) (UploadsPage, error)
+	// KeyUploads lists the uploads in progress at exactly key.
+	KeyUploads(ctx context.Context, bucket, key string) ([]StoreUpload, error)
 	// LastPart is the upload's newest part's upload time (zero: no parts).
 	LastPart(ctx context.Context, bucket, key, uploadID string) (time.Time, error)
 	AbortUpload(ctx context.Context, bucket, key, uploadID string) error

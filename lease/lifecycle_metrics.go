@@ -50,7 +50,7 @@ func (m *LifecycleMetrics) count(kind string, c Counts) {
 // BacklogReader is implemented by drivers that can count the backlog
 // (meta.Catalog).
 type BacklogReader interface {
-	Backlog(ctx context.Context, uploadIdle time.Duration) (meta.Backlog, error)
+	Backlog(ctx context.Context, uploadIdle, createSettle time.Duration) (meta.Backlog, error)
 }
 
 func (s *Service) updateGauges(ctx context.Context) {
@@ -60,12 +60,12 @@ func (s *Service) updateGauges(ctx context.Context) {
 	}
 	dctx, cancel := s.m.dbctx(ctx)
 	defer cancel()
-	b, err := br.Backlog(dctx, s.cfg.UploadIdle)
+	b, err := br.Backlog(dctx, s.cfg.UploadIdle, s.cfg.UploadCreateSettle)
 	if err != nil {
 		return
 	}
 	s.Metrics.Backlog.WithLabelValues(KindUnresolved).Set(float64(b.Unresolved))
-	s.Metrics.Backlog.WithLabelValues(KindUploads).Set(float64(b.AbandonedUploads))
+	s.Metrics.Backlog.WithLabelValues(KindUploads).Set(float64(b.AbandonedUploads + b.UnboundUploads))
 	s.Metrics.Backlog.WithLabelValues(KindAudit).Set(float64(b.AuditBuckets))
 	s.Metrics.OldestUnknown.Set(b.OldestUnknown.Seconds())
 	s.Metrics.OldestAbandoned.Set(b.OldestAbandoned.Seconds())

@@ -30,6 +30,14 @@ type lifeStore struct {
 type storeUpload struct {
 	bucket, key string
 	lastPart    time.Time
+	initiated   time.Time // zero: an hour ago
+}
+
+func (u storeUpload) initiatedAt() time.Time {
+	if u.initiated.IsZero() {
+		return time.Now().Add(-time.Hour)
+	}
+	return u.initiated
 }
 
 func newLifeStore() *lifeStore {
@@ -79,10 +87,30 @@ func (s *lifeStore) ListUploads(ctx context.Context, bucket, keyMarker, uploadMa
 	var p lease.UploadsPage
 	for id, u := range s.uploads {
 		if u.bucket == bucket {
-			p.Uploads = append(p.Uploads, lease.StoreUpload{Key: u.key, UploadID: id, Initiated: time.Now().Add(-time.Hour)})
+			p.Uploads = append(p.Uploads, lease.StoreUpload{Key: u.key, UploadID: id, Initiated: u.initiatedAt()})
 		}
 	}
+	sort.Slice(p.Uploads, func(i, j int) bool {
+		a, b := p.Uploads[i], p.Uploads[j]
+		return a.Key < b.Key || a.Key == b.Key && a.UploadID < b.UploadID
+	})
 	return p, nil
+}
+
+func (s *lifeStore) KeyUploads(ctx context.Context, bucket, key string) ([]lease.StoreUpload, error) {
+	if s.down.Load() {
+		return nil, errOutage
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []lease.StoreUpload
+	for id, u := range s.uploads {
+		if u.bucket == bucket && u.key == key {
+			out = append(out, lease.StoreUpload{Key: u.key, UploadID: id, Initiated: u.initiatedAt()})
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].UploadID < out[j].UploadID })
+	return out, nil
 }
 
 func (s *lifeStore) LastPart(ctx context.Context, bucket, key, uploadID string) (time.Time, error) {

@@ -8,12 +8,25 @@ import (
 	"github.com/fencegate/fencegate/meta"
 )
 
-// uploadsBatch claims abandoned multipart uploads fencegate created and aborts
-// each that is still idle. An upload is aborted only under its key's lease,
-// after checking there that it is open and none of its Complete tries is
-// leased or unknown: a Complete in progress holds that lease for as long as
-// its store request is outstanding, so it is never aborted under it.
+// uploadsBatch first binds multipart attempts whose Create left no upload id
+// to the uploads their Creates made (bindBatch, unbound.go), then cleans up
+// abandoned uploads (abandonedBatch).
 func (s *Service) uploadsBatch(ctx context.Context, deadline time.Time) (Counts, bool, error) {
+	c, fullBind, err := s.bindBatch(ctx, deadline)
+	if err != nil {
+		return c, false, err
+	}
+	a, full, err := s.abandonedBatch(ctx, deadline)
+	c.add(a)
+	return c, fullBind || full, err
+}
+
+// abandonedBatch claims abandoned multipart uploads fencegate created and
+// aborts each that is still idle. An upload is aborted only under its key's
+// lease, after checking there that it is open and none of its Complete tries
+// is leased or unknown: a Complete in progress holds that lease for as long
+// as its store request is outstanding, so it is never aborted under it.
+func (s *Service) abandonedBatch(ctx context.Context, deadline time.Time) (Counts, bool, error) {
 	var c Counts
 	dctx, cancel := s.m.dbctx(ctx)
 	ups, err := s.db.ClaimAbandonedUploads(dctx, s.cfg.Batch, s.cfg.UploadIdle, s.cfg.ClaimFor)

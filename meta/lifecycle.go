@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // The reconciler's lifecycle queries (docs/DESIGN.md, "The reconciler"). Every
@@ -44,6 +45,123 @@ func (c *Catalog) ClaimAbandonedUploads(ctx context.Context, limit int, idle, cl
 		err := r.Scan(&u.AttemptID, &u.Bucket, &u.Key, &u.UploadID, &u.CreatedAt, &u.Tries)
 		return u, err
 	})
+}
+
+// UnboundUpload is a multipart attempt whose CreateMultipartUpload left no
+// upload id in the catalog: its outcome unknown (state unknown: no answer, a
+// 5xx), or its answer came and recording the id failed (state open without
+// an upload id; a Create still in flight looks the same).
+type UnboundUpload struct {
+	AttemptID, Bucket, Key, State string
+	// CreatedAt to WindowEnd (PostgreSQL's clock) is when the store can have
+	// created its upload: the attempt's row is written before the request is
+	// sent, and an unknown outcome recorded after the request ended; an open
+	// attempt's window runs to now.
+	CreatedAt, WindowEnd time.Time
+	Age                  time.Duration // since CreatedAt, on PostgreSQL's clock
+	Tries                int
+}
+
+const unboundColumns = `a.attempt_id::text, a.bucket, a.key, a.state, a.created_at,
+	CASE WHEN a.state = 'unknown' THEN a.updated_at ELSE clock_timestamp() END,
+	extract(epoch FROM clock_timestamp() - a.created_at)::float8, a.tries`
+
+func scanUnbound(rows pgx.Rows, err error) ([]UnboundUpload, error) {
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (UnboundUpload, error) {
+		var u UnboundUpload
+		var age float64
+		err := r.Scan(&u.AttemptID, &u.Bucket, &u.Key, &u.State, &u.CreatedAt, &u.WindowEnd, &age, &u.Tries)
+		u.Age = time.Duration(age * float64(time.Second))
+		return u, err
+	})
+}
+
+// unboundWhere selects the multipart attempts without an upload id whose
+// Create may have made one (alias a). The state test is an OR, not an IN
+// list, so that the planner can answer it from two partial indexes
+// (attempts_reconcile for unknown, attempts_open_uploads for open) instead
+// of scanning every attempt.
+const unboundWhere = `a.op = 'multipart' AND a.upload_id IS NULL AND (a.state = 'unknown' OR a.state = 'open')`
+
+// ClaimUnboundUploads claims up to limit multipart attempts without an
+// upload id whose outcome was recorded (or, open, whose Create began) longer
+// than settle ago, oldest (least recently tried) first.
+func (c *Catalog) ClaimUnboundUploads(ctx context.Context, limit int, settle, claimFor time.Duration) ([]UnboundUpload, error) {
+	return scanUnbound(c.Pool.Query(ctx, `WITH picked AS (
+			SELECT attempt_id FROM attempts a
+			WHERE `+unboundWhere+` AND a.updated_at < clock_timestamp() - $3::interval
+			  AND (a.claimed_until IS NULL OR a.claimed_until < clock_timestamp())
+			ORDER BY coalesce(a.claimed_until, a.created_at) LIMIT $1 FOR UPDATE SKIP LOCKED)
+		UPDATE attempts a SET claim_token = $2, tries = tries + 1,
+			claimed_until = clock_timestamp() + $4::interval
+		FROM picked WHERE a.attempt_id = picked.attempt_id
+		RETURNING `+unboundColumns,
+		limit, NewID(), settle.String(), claimFor.String()))
+}
+
+// UnboundUploads lists bucket/key's multipart attempts without an upload id
+// (for the audit: an upload no attempt names may be one of theirs).
+func (c *Catalog) UnboundUploads(ctx context.Context, bucket, key string) ([]UnboundUpload, error) {
+	return scanUnbound(c.Pool.Query(ctx, `SELECT `+unboundColumns+` FROM attempts a
+		WHERE a.bucket = $1 AND a.key = $2 AND `+unboundWhere+` ORDER BY a.created_at`, bucket, key))
+}
+
+// BoundUploads reports which of ids an attempt names.
+func (c *Catalog) BoundUploads(ctx context.Context, ids []string) (map[string]bool, error) {
+	out := map[string]bool{}
+	if len(ids) == 0 {
+		return out, nil
+	}
+	rows, err := c.Pool.Query(ctx, `SELECT upload_id FROM attempts WHERE upload_id = ANY($1)`, ids)
+	if err != nil {
+		return nil, err
+	}
+	ids, err = pgx.CollectRows(rows, pgx.RowTo[string])
+	for _, id := range ids {
+		out[id] = true
+	}
+	return out, err
+}
+
+// BindUpload records uploadID, found at the store, as the upload of a
+// multipart attempt without one, and makes the attempt an open upload (its
+// claim ended, its tries reset for the abandoned-upload clean-up; its
+// updated_at kept, so its abandoned age counts from its Create). It reports
+// false, changing nothing, when the attempt has an upload id or is settled
+// by now, or another attempt names uploadID.
+func (c *Catalog) BindUpload(ctx context.Context, attemptID, uploadID string) (bool, error) {
+	tag, err := c.Pool.Exec(ctx, `UPDATE attempts a SET upload_id = $2, state = 'open',
+			reason = 'upload id found at the store by the reconciler' || coalesce(' (' || a.reason || ')', ''),
+			claim_token = NULL, claimed_until = NULL, tries = 0, last_error = NULL
+		WHERE a.attempt_id = $1 AND `+unboundWhere+`
+		  AND NOT EXISTS (SELECT 1 FROM attempts b WHERE b.upload_id = $2)`, attemptID, uploadID)
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) && pe.Code == "23505" { // bound to another attempt meanwhile (attempts_upload)
+		return false, nil
+	}
+	return err == nil && tag.RowsAffected() == 1, err
+}
+
+// UnboundFailed marks a multipart attempt without an upload id failed: no
+// upload that can be its was found at the store.
+func (c *Catalog) UnboundFailed(ctx context.Context, attemptID, reason string) error {
+	_, err := c.Pool.Exec(ctx, `UPDATE attempts a SET state = 'failed', reason = $2, updated_at = clock_timestamp(),
+			claim_token = NULL, claimed_until = NULL, last_error = NULL
+		WHERE a.attempt_id = $1 AND `+unboundWhere, attemptID, reason)
+	return err
+}
+
+// EndCreate records how a CreateMultipartUpload ended when the store's
+// answer carried no upload id (state unknown or failed), unless its attempt
+// is no longer an open upload without an id (the reconciler found and bound
+// its upload meanwhile: then the outcome is known).
+func (c *Catalog) EndCreate(ctx context.Context, attemptID, state, reason string) error {
+	_, err := c.Pool.Exec(ctx, `UPDATE attempts SET state = $2, reason = nullif($3, ''), updated_at = clock_timestamp()
+		WHERE attempt_id = $1 AND state = 'open' AND upload_id IS NULL`, attemptID, state, reason)
+	return err
 }
 
 // UploadActive records an upload's last activity (its newest part) and ends

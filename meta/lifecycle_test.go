@@ -43,7 +43,7 @@ func TestClaimAuditCursorWithoutFilter(t *testing.T) {
 func TestReadStatus(t *testing.T) {
 	c := &Catalog{Pool: migratedPool(t)}
 	ctx := context.Background()
-	before, err := c.ReadStatus(ctx, time.Hour)
+	before, err := c.ReadStatus(ctx, time.Hour, time.Minute)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -63,9 +63,26 @@ func TestReadStatus(t *testing.T) {
 	if err := c.RecordAttempt(ctx, Attempt{ID: NewID(), Bucket: bucket, Key: "u", Op: "multipart", State: StateOpen, Gateway: gw, DeclaredSize: -1, UploadID: "st-" + NewID()}); err != nil {
 		t.Fatal(err)
 	}
-	s, err := c.ReadStatus(ctx, time.Hour)
+	// Creates whose upload id is not recorded: unknown, and open without an
+	// id past the settle delay, count; a Create still in flight does not.
+	for _, st := range []string{StateUnknown, StateOpen, "fresh"} {
+		ago := "2 minutes"
+		if st == "fresh" {
+			st, ago = StateOpen, "0 seconds"
+		}
+		if _, err := c.Pool.Exec(ctx, `INSERT INTO attempts (attempt_id, bucket, key, op, state, gateway, created_at, updated_at)
+			VALUES ($1, $2, 'c', 'multipart', $3, 'x', clock_timestamp() - $4::interval, clock_timestamp() - $4::interval)`,
+			NewID(), bucket, st, ago); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s, err := c.ReadStatus(ctx, time.Hour, time.Minute)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if s.Uploads.Unknown != before.Uploads.Unknown+2 || s.Backlog["uploads"] != before.Backlog["uploads"]+2 {
+		t.Errorf("unrecorded Creates %d, uploads backlog %d (before %d, %d), want 2 more each",
+			s.Uploads.Unknown, s.Backlog["uploads"], before.Uploads.Unknown, before.Backlog["uploads"])
 	}
 	if s.LeasesHeld[gw] != 1 {
 		t.Errorf("leases held %v, want 1 for %s", s.LeasesHeld, gw)
@@ -73,7 +90,7 @@ func TestReadStatus(t *testing.T) {
 	if s.UnknownGuards.Count != before.UnknownGuards.Count+1 || s.UnknownGuards.OldestSeconds < 999*86400 {
 		t.Errorf("unknown guards %+v (before %+v), want one more, the oldest 1000 days old", s.UnknownGuards, before.UnknownGuards)
 	}
-	if s.Uploads.Open != before.Uploads.Open+1 {
+	if s.Uploads.Open != before.Uploads.Open+3 {
 		t.Errorf("open uploads %d, before %d", s.Uploads.Open, before.Uploads.Open)
 	}
 	if s.Sessions != nil {

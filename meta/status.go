@@ -13,14 +13,19 @@ type Backlog struct {
 	Unresolved       int // unknown attempts and leased ones whose holder is gone
 	AbandonedUploads int // open uploads fencegate created, idle past the abandoned age
 	AuditBuckets     int // buckets with an audit cursor
+	// UnboundUploads: multipart attempts whose Create left no upload id
+	// (unknown, or open without one) past the settle delay, for the uploads
+	// kind to bind to the store's upload or mark failed.
+	UnboundUploads int
 	// OldestUnknown is the age of the oldest unknown guard (0: none);
 	// OldestAbandoned that of the oldest abandoned upload, since it became
 	// abandoned (0: none).
 	OldestUnknown, OldestAbandoned time.Duration
 }
 
-// Backlog counts the reconciler's backlog.
-func (c *Catalog) Backlog(ctx context.Context, uploadIdle time.Duration) (Backlog, error) {
+// Backlog counts the reconciler's backlog; uploadIdle is the abandoned age,
+// createSettle the delay before an unrecorded Create's upload is looked for.
+func (c *Catalog) Backlog(ctx context.Context, uploadIdle, createSettle time.Duration) (Backlog, error) {
 	var b Backlog
 	var oldUnknown, oldAbandoned float64
 	err := c.Pool.QueryRow(ctx, `SELECT
@@ -28,11 +33,13 @@ func (c *Catalog) Backlog(ctx context.Context, uploadIdle time.Duration) (Backlo
 		(SELECT count(*) FROM attempts WHERE op = 'multipart' AND state = 'open' AND upload_id IS NOT NULL
 			AND greatest(updated_at, coalesce(activity_at, updated_at)) < clock_timestamp() - $1::interval),
 		(SELECT count(*) FROM audit_cursors),
+		(SELECT count(*) FROM attempts a WHERE `+unboundWhere+` AND a.updated_at < clock_timestamp() - $2::interval),
 		coalesce((SELECT extract(epoch FROM clock_timestamp() - min(updated_at)) FROM attempts WHERE state = 'unknown' AND op <> 'multipart'), 0),
 		coalesce((SELECT extract(epoch FROM clock_timestamp() - min(greatest(updated_at, coalesce(activity_at, updated_at))) - $1::interval)
 			FROM attempts WHERE op = 'multipart' AND state = 'open' AND upload_id IS NOT NULL
 			AND greatest(updated_at, coalesce(activity_at, updated_at)) < clock_timestamp() - $1::interval), 0)`,
-		uploadIdle.String()).Scan(&b.Unresolved, &b.AbandonedUploads, &b.AuditBuckets, &oldUnknown, &oldAbandoned)
+		uploadIdle.String(), createSettle.String()).Scan(&b.Unresolved, &b.AbandonedUploads, &b.AuditBuckets, &b.UnboundUploads,
+		&oldUnknown, &oldAbandoned)
 	b.OldestUnknown = time.Duration(oldUnknown * float64(time.Second))
 	b.OldestAbandoned = time.Duration(oldAbandoned * float64(time.Second))
 	return b, err
@@ -54,8 +61,11 @@ type Status struct {
 		Open                   int     `json:"open"`      // fencegate's, not completed or aborted
 		Abandoned              int     `json:"abandoned"` // of those, idle past the abandoned age
 		OldestAbandonedSeconds float64 `json:"oldest_abandoned_seconds"`
-		Unknown                int     `json:"unknown"` // CreateMultipartUpload's answer was lost
-		Foreign                int     `json:"foreign"` // found at the store, not created through fencegate, not aborted
+		// Unknown: Creates whose upload id is not recorded: the answer was
+		// lost (unknown), or its id could not be recorded (open without one,
+		// past the settle delay); the uploads kind binds or fails them.
+		Unknown int `json:"unknown"`
+		Foreign int `json:"foreign"` // found at the store, not created through fencegate, not aborted
 	} `json:"multipart_uploads"`
 	Backlog map[string]int `json:"reconciler_backlog"`
 	Passes  []PassStatus   `json:"last_passes"`
@@ -82,8 +92,9 @@ type PassStatus struct {
 	Failed     int       `json:"failed"`
 }
 
-// ReadStatus gathers the status; uploadIdle is the abandoned age.
-func (c *Catalog) ReadStatus(ctx context.Context, uploadIdle time.Duration) (Status, error) {
+// ReadStatus gathers the status; uploadIdle is the abandoned age,
+// createSettle the delay before an unrecorded Create's upload is looked for.
+func (c *Catalog) ReadStatus(ctx context.Context, uploadIdle, createSettle time.Duration) (Status, error) {
 	var s Status
 	s.LeasesHeld = map[string]int{}
 	rows, err := c.Pool.Query(ctx, `SELECT coalesce(a.gateway, 'settler'), count(*) FROM leases l
@@ -104,22 +115,22 @@ func (c *Catalog) ReadStatus(ctx context.Context, uploadIdle time.Duration) (Sta
 	if err := rows.Err(); err != nil {
 		return s, err
 	}
-	b, err := c.Backlog(ctx, uploadIdle)
+	b, err := c.Backlog(ctx, uploadIdle, createSettle)
 	if err != nil {
 		return s, err
 	}
-	s.Backlog = map[string]int{"unresolved": b.Unresolved, "uploads": b.AbandonedUploads, "audit": b.AuditBuckets}
+	s.Backlog = map[string]int{"unresolved": b.Unresolved, "uploads": b.AbandonedUploads + b.UnboundUploads, "audit": b.AuditBuckets}
 	s.Uploads.Abandoned = b.AbandonedUploads
 	s.Uploads.OldestAbandonedSeconds = b.OldestAbandoned.Seconds()
 	err = c.Pool.QueryRow(ctx, `SELECT
 		(SELECT count(*) FROM attempts WHERE state = 'unknown' AND op <> 'multipart'),
 		coalesce((SELECT extract(epoch FROM clock_timestamp() - min(updated_at)) FROM attempts WHERE state = 'unknown' AND op <> 'multipart'), 0),
 		(SELECT count(*) FROM attempts WHERE op = 'multipart' AND state = 'open'),
-		(SELECT count(*) FROM attempts WHERE op = 'multipart' AND state = 'unknown'),
+		(SELECT count(*) FROM attempts a WHERE `+unboundWhere+` AND (a.state = 'unknown' OR a.updated_at < clock_timestamp() - $1::interval)),
 		(SELECT count(*) FROM foreign_uploads WHERE aborted_at IS NULL),
 		(SELECT count(*) FROM outbox),
 		(SELECT count(*) FROM outbox_consumers),
-		(SELECT count(*) FROM outbox WHERE id > coalesce((SELECT min(acked_id) FROM outbox_consumers), 0))`).Scan(
+		(SELECT count(*) FROM outbox WHERE id > coalesce((SELECT min(acked_id) FROM outbox_consumers), 0))`, createSettle.String()).Scan(
 		&s.UnknownGuards.Count, &s.UnknownGuards.OldestSeconds, &s.Uploads.Open, &s.Uploads.Unknown, &s.Uploads.Foreign,
 		&s.Outbox.Rows, &s.Outbox.Consumers, &s.Outbox.Backlog)
 	if err != nil {

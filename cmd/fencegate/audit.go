@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strings"
 	"text/tabwriter"
 
 	"github.com/fencegate/fencegate/gateway"
@@ -18,8 +19,11 @@ Compares what BUCKET holds at the store with the catalog and reports each
 divergence: objects without a catalog entry (unrecorded), entries without an
 object (missing), entries whose ETag or size differ (differs), bytes whose
 attempt metadata names an attempt the catalog has unresolved or does not know
-(unknown_attempt), and multipart uploads in progress that fencegate did not
-create (foreign_upload). Read-only unless --repair, which records each key's
+(unknown_attempt), multipart uploads in progress that fencegate did not
+create (foreign_upload), and multipart uploads no attempt names yet that a
+CreateMultipartUpload through fencegate whose upload id was not recorded (its
+answer lost, or the database unreachable) may have made (unbound_upload: the
+reconciler binds each to its attempt). Read-only unless --repair, which records each key's
 divergence through the settle path under the key's lease (external, adopted
 or delete generations; bytes are never deleted). Exit status 3 when
 divergence remains (found, and not repaired).
@@ -69,13 +73,18 @@ func cmdAudit(ctx context.Context, args []string) error {
 	}
 	km, um := "", ""
 	for {
-		foreign, p, err := aud.ForeignUploads(ctx, bucket, km, um, 1000)
+		foreign, unbound, p, err := aud.ForeignUploads(ctx, bucket, km, um, 1000)
 		if err != nil {
 			return err
 		}
-		for _, u := range foreign {
-			if prefix == "" || len(u.Key) >= len(prefix) && u.Key[:len(prefix)] == prefix {
-				findings = append(findings, lease.Finding{Kind: lease.ForeignUpload, Bucket: bucket, Key: u.Key, UploadID: u.UploadID})
+		for _, k := range []struct {
+			kind string
+			ups  []lease.StoreUpload
+		}{{lease.ForeignUpload, foreign}, {lease.UnboundUpload, unbound}} {
+			for _, u := range k.ups {
+				if strings.HasPrefix(u.Key, prefix) {
+					findings = append(findings, lease.Finding{Kind: k.kind, Bucket: bucket, Key: u.Key, UploadID: u.UploadID})
+				}
 			}
 		}
 		if p.NextKey == "" {
@@ -87,8 +96,12 @@ func cmdAudit(ctx context.Context, args []string) error {
 	repaired := map[int]string{}
 	if repair {
 		for i, fd := range findings {
-			if fd.Kind == lease.ForeignUpload {
+			switch fd.Kind {
+			case lease.ForeignUpload:
 				repaired[i] = "not repaired: an upload is aborted only by the reconciler's --foreign-uploads=abort policy"
+				continue
+			case lease.UnboundUpload:
+				repaired[i] = "not repaired: the reconciler binds it to its attempt (--upload-create-settle after the Create)"
 				continue
 			}
 			if err := leases.SettleKey(ctx, fd.Bucket, fd.Key, ls, true); err != nil {

@@ -17,6 +17,8 @@ func (c *serveConfig) defineLifecycle(f envFlags) {
 	f.Int(&l.Batch, "reconcile-batch", "FENCEGATE_RECONCILE_BATCH", 100, "items a reconciler batch claims (1-100)")
 	f.String(&c.ReconcileKinds, "reconcile-kinds", "FENCEGATE_RECONCILE_KINDS", strings.Join(lease.Kinds, ","), "reconciler work kinds this gateway runs")
 	f.Duration(&l.UploadIdle, "upload-abandoned-after", "FENCEGATE_UPLOAD_ABANDONED_AFTER", 24*time.Hour, "a multipart upload created through fencegate with no new part for this long (and not being completed) is aborted")
+	f.Duration(&l.UploadCreateSettle, "upload-create-settle", "FENCEGATE_UPLOAD_CREATE_SETTLE", lease.DefaultUploadCreateSettle, "a multipart upload whose CreateMultipartUpload left no upload id in the catalog (answer lost, or not recorded) is looked for at the store and bound once its Create is this old")
+	f.Duration(&l.UploadCreateGiveUp, "upload-create-give-up", "FENCEGATE_UPLOAD_CREATE_GIVE_UP", 0, "such a multipart upload not found at the store this long after its Create is marked failed (0: 10 x --upload-create-settle)")
 	f.String(&l.ForeignUploads, "foreign-uploads", "FENCEGATE_FOREIGN_UPLOADS", lease.ForeignReport, "multipart uploads created straight at the store: report (only), or abort after --foreign-upload-age")
 	f.Duration(&l.ForeignUploadAge, "foreign-upload-age", "FENCEGATE_FOREIGN_UPLOAD_AGE", 7*24*time.Hour, "with --foreign-uploads=abort: how old (since the store's Initiated) a foreign upload must be to be aborted")
 	f.Int(&l.AuditPage, "audit-page", "FENCEGATE_AUDIT_PAGE", 1000, "keys per page of the incremental bucket audit (one page per bucket per pass)")
@@ -29,7 +31,8 @@ func (c *serveConfig) defineLifecycle(f envFlags) {
 // defaultLifecycle is the flags' defaults, for configurations built in code
 // (dev run).
 func defaultLifecycle() lease.LifecycleConfig {
-	return lease.LifecycleConfig{Budget: 5 * time.Second, Batch: 100, UploadIdle: 24 * time.Hour, ForeignUploads: lease.ForeignReport,
+	return lease.LifecycleConfig{Budget: 5 * time.Second, Batch: 100, UploadIdle: 24 * time.Hour,
+		UploadCreateSettle: lease.DefaultUploadCreateSettle, ForeignUploads: lease.ForeignReport,
 		ForeignUploadAge: 7 * 24 * time.Hour, AuditPage: 1000,
 		Retention: meta.Retention{Attempts: 7 * 24 * time.Hour, Outbox: 7 * 24 * time.Hour, Leases: 24 * time.Hour}}
 }
@@ -56,7 +59,8 @@ func (c *serveConfig) validateLifecycle() error {
 	for _, d := range []struct {
 		flag string
 		v    time.Duration
-	}{{"--reconcile-budget", l.Budget}, {"--upload-abandoned-after", l.UploadIdle}, {"--foreign-upload-age", l.ForeignUploadAge}} {
+	}{{"--reconcile-budget", l.Budget}, {"--upload-abandoned-after", l.UploadIdle}, {"--upload-create-settle", l.UploadCreateSettle},
+		{"--foreign-upload-age", l.ForeignUploadAge}} {
 		if d.v <= 0 {
 			return fmt.Errorf("%s must be a positive duration (got %v)", d.flag, d.v)
 		}

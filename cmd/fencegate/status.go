@@ -15,10 +15,12 @@ import (
 const statusUsage = `usage: fencegate status [--json] [flags]
 
 Shows, from the database alone: live leases per gateway, unknown guards
-(count, oldest age), multipart uploads (open, abandoned, foreign), the
-reconciler's backlog and each gateway's last pass per work kind, and the
-outbox backlog. Takes the database and lifecycle flags of 'fencegate serve'
-(--upload-abandoned-after decides which uploads count as abandoned).
+(count, oldest age), multipart uploads (open, abandoned, Creates whose
+upload id is not recorded, foreign), the reconciler's backlog and each
+gateway's last pass per work kind, and the outbox backlog. Takes the database
+and lifecycle flags of 'fencegate serve' (--upload-abandoned-after decides
+which uploads count as abandoned, --upload-create-settle when an open upload
+without an id stops counting as a Create in flight).
 `
 
 func cmdStatus(ctx context.Context, args []string) error {
@@ -43,7 +45,7 @@ func cmdStatus(ctx context.Context, args []string) error {
 	if err := checkSchema(ctx, pool); err != nil {
 		return err
 	}
-	s, err := (&meta.Catalog{Pool: pool}).ReadStatus(ctx, cfg.Lifecycle.UploadIdle)
+	s, err := (&meta.Catalog{Pool: pool}).ReadStatus(ctx, cfg.Lifecycle.UploadIdle, cfg.Lifecycle.UploadCreateSettle)
 	if err != nil {
 		return err
 	}

@@ -190,3 +190,32 @@ func TestMultipartUploadCalls(t *testing.T) {
 		t.Fatalf("parts of an unknown upload: %v", err)
 	}
 }
+
+// KeyUploads lists one key's uploads with the key as prefix, across pages,
+// and stops at the first longer key the prefix also matches.
+func TestKeyUploads(t *testing.T) {
+	var requests int
+	c := newTestClient(t, func(w http.ResponseWriter, r *http.Request) {
+		requests++
+		q := r.URL.Query()
+		if !q.Has("uploads") || q.Get("prefix") != "a b+c" {
+			t.Errorf("request %s, want ListMultipartUploads with prefix %q", r.URL.RawQuery, "a b+c")
+		}
+		switch q.Get("key-marker") {
+		case "":
+			fmt.Fprint(w, `<ListMultipartUploadsResult><Upload><Key>a b+c</Key><UploadId>u1</UploadId><Initiated>2026-12-01T14:57:49Z</Initiated></Upload><IsTruncated>true</IsTruncated><NextKeyMarker>a b+c</NextKeyMarker><NextUploadIdMarker>u1</NextUploadIdMarker></ListMultipartUploadsResult>`)
+		case "a b+c":
+			if q.Get("upload-id-marker") != "u1" {
+				t.Errorf("second page after upload %q, want u1", q.Get("upload-id-marker"))
+			}
+			fmt.Fprint(w, `<ListMultipartUploadsResult><Upload><Key>a b+c</Key><UploadId>u2</UploadId><Initiated>2026-12-01T14:57:50Z</Initiated></Upload><Upload><Key>a b+cd</Key><UploadId>u3</UploadId><Initiated>2026-12-01T14:57:50Z</Initiated></Upload><IsTruncated>true</IsTruncated><NextKeyMarker>a b+cd</NextKeyMarker><NextUploadIdMarker>u3</NextUploadIdMarker></ListMultipartUploadsResult>`)
+		default:
+			t.Errorf("a page past the key was read: %s", r.URL.RawQuery)
+			fmt.Fprint(w, `<ListMultipartUploadsResult><IsTruncated>false</IsTruncated></ListMultipartUploadsResult>`)
+		}
+	})
+	ups, err := c.KeyUploads(context.Background(), "b", "a b+c")
+	if err != nil || len(ups) != 2 || ups[0].UploadID != "u1" || ups[1].UploadID != "u2" || ups[1].Initiated.Second() != 50 || requests != 2 {
+		t.Fatalf("KeyUploads = %+v, %v after %d requests; want u1 and u2 in 2 requests", ups, err, requests)
+	}
+}

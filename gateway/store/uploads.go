@@ -77,7 +77,39 @@ type UploadsPage struct {
 // ListMultipartUploads lists one page (at most max) of bucket's uploads in
 // progress, after the key and upload id markers ("" for the start).
 func (c *Client) ListMultipartUploads(ctx context.Context, bucket, keyMarker, uploadMarker string, max int) (UploadsPage, error) {
+	return c.listUploads(ctx, bucket, "", keyMarker, uploadMarker, max)
+}
+
+// KeyUploads lists the uploads in progress at exactly key: ListMultipartUploads
+// with key as its prefix, page after page until the listing passes key (S3
+// lists uploads in key order, and key sorts before every longer key it
+// prefixes). Initiated is the store's (SeaweedFS gives whole seconds).
+func (c *Client) KeyUploads(ctx context.Context, bucket, key string) ([]Upload, error) {
+	var out []Upload
+	km, um := "", ""
+	for {
+		p, err := c.listUploads(ctx, bucket, key, km, um, 1000)
+		if err != nil {
+			return nil, err
+		}
+		for _, u := range p.Uploads {
+			if u.Key != key {
+				return out, nil
+			}
+			out = append(out, u)
+		}
+		if p.NextKey == "" || (p.NextKey == km && p.NextUploadID == um) {
+			return out, nil
+		}
+		km, um = p.NextKey, p.NextUploadID
+	}
+}
+
+func (c *Client) listUploads(ctx context.Context, bucket, prefix, keyMarker, uploadMarker string, max int) (UploadsPage, error) {
 	q := "uploads=&max-uploads=" + strconv.Itoa(max)
+	if prefix != "" {
+		q += "&prefix=" + url.QueryEscape(prefix)
+	}
 	if keyMarker != "" {
 		q += "&key-marker=" + url.QueryEscape(keyMarker)
 		if uploadMarker != "" {

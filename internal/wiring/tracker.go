@@ -33,12 +33,15 @@ func (t Tracker) UploadCreated(ctx context.Context, attemptID, uploadID string) 
 	return t.Catalog.SetUploadID(ctx, attemptID, uploadID)
 }
 
+// UploadFailed and UploadUnknown leave alone an attempt the reconciler has
+// bound to an upload it found at the store meanwhile (a Create in flight
+// longer than --upload-create-settle): its outcome is known.
 func (t Tracker) UploadFailed(ctx context.Context, attemptID string) error {
-	return t.Catalog.SetState(ctx, attemptID, meta.StateOpen, meta.StateFailed, "the store refused CreateMultipartUpload")
+	return t.Catalog.EndCreate(ctx, attemptID, meta.StateFailed, "the store refused CreateMultipartUpload")
 }
 
 func (t Tracker) UploadUnknown(ctx context.Context, attemptID, reason string) error {
-	return t.Catalog.SetState(ctx, attemptID, meta.StateOpen, meta.StateUnknown, reason)
+	return t.Catalog.EndCreate(ctx, attemptID, meta.StateUnknown, reason)
 }
 
 func (t Tracker) UploadAborted(ctx context.Context, uploadID string) error {
