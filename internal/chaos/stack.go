@@ -73,10 +73,13 @@ func (g *gatewayProc) URL() string {
 	return g.url
 }
 
-// campaignEnv is how every campaign gateway runs: a reconciler pass every 2 s,
-// so what the faults leave is settled within the campaign.
+// campaignEnv is how every campaign gateway runs: a reconciler pass every 2 s
+// and multipart Creates of unknown outcome looked for after 5 s, so that what
+// the faults leave is settled within the campaign; writers wait 5 s for a
+// leased key before 503 SlowDown.
 var campaignEnv = []string{
 	"FENCEGATE_RECONCILE_INTERVAL=2s",
+	"FENCEGATE_UPLOAD_CREATE_SETTLE=5s",
 	"FENCEGATE_LEASE_WAIT=5s",
 }
 
