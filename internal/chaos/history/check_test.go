@@ -149,6 +149,9 @@ func TestValidHistories(t *testing.T) {
 			if !r.Ok() {
 				t.Fatalf("want Ok, got:\n%s", r.String())
 			}
+			if v := RealTimeGenerations(ops); len(v) > 0 {
+				t.Fatalf("real-time generations: %q", v)
+			}
 		})
 	}
 }
