@@ -79,6 +79,34 @@ func TestValidHistories(t *testing.T) {
 			get(3, "b", 6, 7),
 			get(3, "x", 8, 9),
 		),
+		"unknown write seen only by a 412, then overwritten": history(
+			put(1, "a", 1, 0, 1),
+			put(2, "x", 0, 2, 3).ends(Unknown),
+			put(3, "c", 0, 4, 5).when(IfMatch, "a").ends(PreconditionFailed),
+			put(1, "b", 2, 6, 7),
+			get(3, "b", 8, 9),
+		),
+		"unknown delete seen by an absent read, then overwritten": history(
+			put(1, "a", 1, 0, 1),
+			del(2, 0, 2, 3).ends(Unknown),
+			get(3, "", 4, 5),
+			put(1, "b", 2, 6, 7),
+			get(3, "b", 8, 9),
+		),
+		"unknown delete seen by a delete answered NoSuchKey": history(
+			put(1, "a", 1, 0, 1),
+			del(2, 0, 2, 3).ends(Unknown),
+			del(3, 0, 4, 5).ends(Absent),
+			put(1, "b", 2, 6, 7),
+			get(3, "b", 8, 9),
+		),
+		"unknown write of a value a copy wrote too, landing late": history(
+			put(2, "x", 0, 0, 1).ends(Unknown),
+			put(1, "x", 1, 2, 3), // a copy of x's source
+			get(3, "x", 4, 5),
+			put(1, "b", 2, 6, 7),
+			get(3, "x", 8, 9),
+		),
 		"unknown conditional write whose condition turned false": history(
 			put(1, "a", 1, 0, 1),
 			put(2, "x", 0, 2, 3).when(IfNoneMatch, "").ends(Unknown),
@@ -153,6 +181,63 @@ func TestValidHistories(t *testing.T) {
 				t.Fatalf("real-time generations: %q", v)
 			}
 		})
+	}
+}
+
+// TestEffectDeadlines checks the deadlines Check gives open-ended ops: the
+// first observation of a value only one op wrote, the first answer of a
+// higher generation, else the open end. Too early a deadline makes valid
+// histories illegal; none makes the search slow.
+func TestEffectDeadlines(t *testing.T) {
+	ops := history(
+		put(1, "a", 1, 0, 1),
+		put(2, "x", 0, 2, 3).ends(Unknown),   // read at 9 and 7: by 7
+		put(2, "y", 5, 2, 3).settled("adop"), // gen 6 answered at 12, gen 7 at 11: by 11
+		put(2, "z", 0, 2, 3).ends(Unknown),   // never observed
+		put(2, "w", 0, 2, 3).ends(Unknown),   // w is written by another op too
+		put(3, "w", 8, 4, 20),
+		get(4, "w", 21, 22),
+		put(1, "b", 6, 4, 12),
+		put(1, "c", 7, 10, 11).when(IfMatch, "x"),
+		get(3, "x", 6, 9),
+		get(3, "x", 5, 7),
+		del(2, 9, 2, 3).settled("adop"),      // no higher generation: open
+		put(2, "v", 0, 30, 31).ends(Unknown), // observed before it was invoked
+		get(4, "v", 23, 24),
+	)
+	var ptrs []*Op
+	for i := range ops {
+		ptrs = append(ptrs, &ops[i])
+	}
+	deadline, openEnd := effectDeadlines(ptrs)
+	if openEnd != 31e6+2 {
+		t.Errorf("open end %d", openEnd)
+	}
+	for i, want := range map[int]int64{1: 7e6, 2: 11e6, 3: openEnd, 4: openEnd, 11: openEnd, 12: 30e6} {
+		if deadline[ptrs[i]] != want {
+			t.Errorf("%s: deadline %d, want %d", describe(ptrs[i]), deadline[ptrs[i]], want)
+		}
+	}
+	if len(deadline) != 6 {
+		t.Errorf("%d deadlines for 6 open-ended ops", len(deadline))
+	}
+}
+
+// TestExcludedIfMatch checks that an Unknown op whose If-Match names a
+// value no other op wrote is left out (it cannot have taken effect), and
+// that one naming a written value is not.
+func TestExcludedIfMatch(t *testing.T) {
+	ops := history(
+		put(1, "a", 1, 0, 1),
+		put(2, "x", 0, 2, 3).when(IfMatch, "x").ends(Unknown),
+		put(2, "y", 0, 2, 3).when(IfMatch, "never").ends(Unknown),
+		put(2, "z", 0, 2, 3).when(IfMatch, "a").ends(Unknown),
+		put(2, "q", 0, 2, 3).when(IfMatch, "a").ends(Failed),
+		get(3, "z", 4, 5),
+	)
+	r := Check(ops, 10*time.Second)
+	if !r.Ok() || r.Keys[0].Excluded != 3 || r.Keys[0].Ops != 3 {
+		t.Fatalf("want 3 ops checked, 3 excluded:\n%s", r.String())
 	}
 }
 
@@ -308,5 +393,19 @@ func TestVisualize(t *testing.T) {
 	}
 	if err := r.VisualizeKey("b/none", path); err == nil {
 		t.Error("VisualizeKey of a missing key: no error")
+	}
+
+	// An Ok key keeps no linearization data from the check: visualizing it
+	// checks it again.
+	r = Check(history(put(1, "a", 1, 0, 1), put(2, "x", 0, 0, 1).ends(Unknown), get(3, "a", 2, 3)), 10*time.Second)
+	if !r.Ok() {
+		t.Fatalf("want Ok:\n%s", r.String())
+	}
+	if err := r.Visualize(path); err != nil {
+		t.Fatal(err)
+	}
+	html, _ = os.ReadFile(path)
+	if !strings.Contains(string(html), "end of the history") || !strings.Contains(string(html), "added by the checker") {
+		t.Error("the visualization of an Ok key lacks the end op")
 	}
 }

@@ -14,18 +14,35 @@ import (
 // later by the reconciler and that number never reaches the history; an
 // acknowledged write must still carry a generation above every generation
 // acknowledged before it.
+//
+// Unseen and Ended only prune porcupine's search (see step): Unseen marks a
+// state an Unknown op made that nothing has observed yet, Ended the state
+// after every op with an answer.
 type State struct {
 	Exists bool
 	Value  string
 	Gen    int64
+	Unseen bool
+	Ended  bool
 }
 
 // String describes the state for the visualization and failure reports.
 func (s State) String() string {
-	if !s.Exists {
-		return fmt.Sprintf("absent (gen>=%d)", s.Gen)
+	var b strings.Builder
+	if s.Exists {
+		b.WriteString(short(s.Value))
+	} else {
+		b.WriteString("absent")
 	}
-	return fmt.Sprintf("%s (gen>=%d)", short(s.Value), s.Gen)
+	fmt.Fprintf(&b, " (gen>=%d", s.Gen)
+	if s.Unseen {
+		b.WriteString(", by an unknown op, not yet observed")
+	}
+	if s.Ended {
+		b.WriteString(", history ended")
+	}
+	b.WriteString(")")
+	return b.String()
 }
 
 // holds reports whether the operation's precondition is true in state s.
@@ -43,27 +60,67 @@ func (s State) holds(op *Op) bool {
 // after is the state once op took effect. gen is the generation the effect
 // carries, 0 when it is not known; the lower bound never goes down.
 func (s State) after(op *Op, gen int64) State {
-	n := State{Gen: max(s.Gen, gen)}
+	n := State{Gen: max(s.Gen, gen), Ended: s.Ended}
 	if op.Kind == Write {
 		n.Exists, n.Value = true, op.Value
 	}
 	return n
 }
 
+// observes reports whether op's outcome depends on the state it finds: a
+// read, a condition (a 412 has one), or an answer that there is nothing.
+func observes(op *Op) bool {
+	return op.Kind == Read || op.Cond != NoCond || op.Outcome == Absent
+}
+
+// end is the kind of the op Check adds at the end of a key's history, after
+// every op with an answer and before the open end of the Unknown ops, so
+// that "never took effect" is one place in the linearization: after it.
+const end Kind = "end"
+
+// endOp is key's end op.
+func endOp(key string) *Op { return &Op{ID: -1, Client: -1, Key: key, Kind: end, Outcome: OK} }
+
 // step is the register's sequential specification: whether op may take
 // effect in state s, and the state after it. Every op reaching it is valid
 // (see malformed) and has a definite effect or none, except Unknown ones.
+//
+// An Unknown op may have taken effect at any point after its invocation, or
+// never. "Never" is its placement after the end op, as a no-op. Before the end op it
+// is placed only where it changes the state and something observes that
+// change before it is overwritten: a placement with no visible effect (a
+// false condition, a delete of nothing) or whose effect is overwritten unseen
+// is interchangeable with "never" (every other op sees the same states), and
+// porcupine, which cannot tell such placements apart, would otherwise
+// explore them all in every combination.
 func step(s State, op *Op) (bool, State) {
-	switch op.Outcome {
-	case Unknown:
-		// It may have happened here or never; placed here, it took effect
-		// if its condition held (a false condition makes the store refuse
-		// it). Never happening is the linearization that puts it last,
-		// which the open end given to it allows. Always legal.
-		if !s.holds(op) {
+	if op.Kind == end {
+		s.Ended, s.Unseen = true, false
+		return true, s
+	}
+	if op.Outcome == Unknown {
+		if s.Ended {
 			return true, s
 		}
-		return true, s.after(op, 0)
+		if !s.holds(op) {
+			return false, s
+		}
+		n := s.after(op, 0)
+		if n.Exists == s.Exists && n.Value == s.Value {
+			return false, s
+		}
+		if s.Unseen && !observes(op) {
+			return false, s
+		}
+		n.Unseen = true
+		return true, n
+	}
+	if s.Unseen && !observes(op) {
+		// It would overwrite an unknown op's effect unseen.
+		return false, s
+	}
+	s.Unseen = false
+	switch op.Outcome {
 	case PreconditionFailed:
 		// A 412 is definite: the condition was false and nothing changed.
 		return op.Cond != NoCond && !s.holds(op), s
@@ -106,7 +163,14 @@ func newModel() porcupine.Model {
 		PartitionEvent: partitionEventsByKey,
 		Init:           func() any { return State{} },
 		Step: func(state, input, _ any) (bool, any) {
-			return step(state.(State), input.(*Op))
+			s := state.(State)
+			ok, n := step(s, input.(*Op))
+			if !ok || n == s {
+				// The same state: no new allocation for porcupine's
+				// many failed and read-only steps.
+				return ok, state
+			}
+			return true, n
 		},
 		Hash: func(state any) uint64 {
 			s := state.(State)
@@ -114,6 +178,12 @@ func newModel() porcupine.Model {
 			h ^= uint64(s.Gen) * 0x9e3779b97f4a7c15
 			if s.Exists {
 				h ^= 1
+			}
+			if s.Unseen {
+				h ^= 2
+			}
+			if s.Ended {
+				h ^= 4
 			}
 			return h
 		},
@@ -135,6 +205,9 @@ func newModel() porcupine.Model {
 // describe says what an operation did, for the visualization and failure
 // reports: "put v=a if-match=b -> ok gen 7".
 func describe(op *Op) string {
+	if op.Kind == end {
+		return "end of the history (unknown ops after it never took effect)"
+	}
 	var b strings.Builder
 	switch op.Kind {
 	case Read:
@@ -182,6 +255,9 @@ func describe(op *Op) string {
 // origin says who made an operation and how it ended: the visualization's
 // tooltip and the second half of a report line.
 func origin(op *Op) string {
+	if op.Kind == end {
+		return "added by the checker"
+	}
 	var b strings.Builder
 	fmt.Fprintf(&b, "op %d client %d ", op.ID, op.Client)
 	if op.Direct() {
