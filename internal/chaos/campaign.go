@@ -62,7 +62,7 @@ type Report struct {
 	Elapsed         time.Duration `json:"elapsed"`
 	Dir             string        `json:"dir"`
 	history         []history.Op
-	check           history.Result
+	check           *history.Result
 }
 
 // Failed reports whether the campaign found anything wrong.
@@ -316,10 +316,12 @@ func (c *Campaign) finish(ctx context.Context, rep *Report) {
 	problems = append(problems, history.LostAcks(ops, gens)...)
 	problems = append(problems, history.RealTimeGenerations(ops)...)
 	res := history.Check(ops, c.cfg.CheckTimeout)
-	rep.check = res
-	rep.Checked = fmt.Sprintf("%v", res)
-	if !res.Ok {
-		rep.NotLinearizable = true
+	rep.check = &res
+	rep.Checked = res.String()
+	if !res.Ok() {
+		// A check out of time proves nothing either way: the run fails, but
+		// only an illegal history says "not linearizable".
+		rep.NotLinearizable = res.Verdict == history.Illegal
 		problems = append(problems, "linearizability: "+rep.Checked)
 	}
 	rep.history = ops
@@ -378,7 +380,7 @@ func (r *Report) WriteFiles() error {
 		errs = append(errs,
 			history.WriteFile(filepath.Join(r.Dir, "history.jsonl"), r.history),
 			os.WriteFile(filepath.Join(r.Dir, "REPLAY"), []byte(replay), 0o644))
-		if r.NotLinearizable {
+		if r.NotLinearizable && r.check != nil {
 			errs = append(errs, r.check.Visualize(filepath.Join(r.Dir, "linearizability.html")))
 		}
 	}
