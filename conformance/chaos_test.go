@@ -49,6 +49,7 @@ func TestChaosCatchesBrokenFence(t *testing.T) {
 		t.Fatal(err)
 	}
 	cfg.Faults = []string{chaos.FaultStoreLate}
+	cfg.Replay = "go build -tags fencegate_brokenfence; FENCEGATE_CHAOS_SEED=%d FENCEGATE_CHAOS_DURATION=%s go test -run TestChaosCatchesBrokenFence ./conformance"
 	cfg.FaultEvery = 2 * time.Second
 	rep := runChaos(t, cfg)
 	if !rep.NotLinearizable {
@@ -104,9 +105,11 @@ func runChaos(t *testing.T, cfg chaos.Config) *chaos.Report {
 	rep, err := chaos.Run(context.Background(), cfg)
 	os.RemoveAll(filepath.Join(dir, "postgres"))
 	os.RemoveAll(filepath.Join(dir, "seaweedfs"))
+	os.Remove(filepath.Join(dir, "postgres.password"))
 	if err != nil {
 		t.Fatal(err)
 	}
+	rep.KeepHistory = keep
 	if err := rep.WriteFiles(); err != nil {
 		t.Error(err)
 	}

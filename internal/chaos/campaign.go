@@ -42,6 +42,9 @@ type Config struct {
 	Log        func(format string, args ...any)
 	// CheckTimeout bounds the linearizability check (default 5 minutes).
 	CheckTimeout time.Duration
+	// Replay is the command that replays a run, with %d for the seed and %s
+	// for the duration (default: make chaos).
+	Replay string
 }
 
 // Report is what a campaign found.
@@ -61,8 +64,11 @@ type Report struct {
 	Checked         string        `json:"checked"`
 	Elapsed         time.Duration `json:"elapsed"`
 	Dir             string        `json:"dir"`
-	history         []history.Op
-	check           *history.Result
+	// KeepHistory: WriteFiles writes the history of a run that passed too.
+	KeepHistory bool `json:"-"`
+	history     []history.Op
+	check       *history.Result
+	replay      string
 }
 
 // Failed reports whether the campaign found anything wrong.
@@ -163,7 +169,10 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	if err := c.setUp(ctx); err != nil {
 		return nil, err
 	}
-	rep := &Report{Seed: cfg.Seed, Duration: cfg.Duration, Dir: cfg.Dir}
+	if cfg.Replay == "" {
+		cfg.Replay = "make chaos CHAOS_SEED=%d CHAOS_DURATION=%s"
+	}
+	rep := &Report{Seed: cfg.Seed, Duration: cfg.Duration, Dir: cfg.Dir, replay: cfg.Replay}
 	rep.Faults = schedule(cfg.Seed, cfg.Duration, cfg.FaultEvery, cfg.Faults, cfg.Gateways)
 	c.logf("seed %d: %s of workload, %d faults planned, stack in %s", cfg.Seed, cfg.Duration, len(rep.Faults), cfg.Dir)
 
@@ -322,7 +331,7 @@ func (c *Campaign) finish(ctx context.Context, rep *Report) {
 		// A check out of time proves nothing either way: the run fails, but
 		// only an illegal history says "not linearizable".
 		rep.NotLinearizable = res.Verdict == history.Illegal
-		problems = append(problems, "linearizability: "+rep.Checked)
+		problems = append(problems, rep.Checked)
 	}
 	rep.history = ops
 	rep.Ops = len(ops)
@@ -375,11 +384,12 @@ func (r *Report) WriteFiles() error {
 		os.WriteFile(filepath.Join(r.Dir, "summary.txt"), []byte(r.Summary()), 0o644),
 		r.WriteChart(filepath.Join(r.Dir, "chart.png")),
 	}
+	if r.Failed() || r.KeepHistory {
+		errs = append(errs, history.WriteFile(filepath.Join(r.Dir, "history.jsonl"), r.history))
+	}
 	if r.Failed() {
-		replay := fmt.Sprintf("make chaos CHAOS_SEED=%d CHAOS_DURATION=%s\n", r.Seed, r.Duration)
-		errs = append(errs,
-			history.WriteFile(filepath.Join(r.Dir, "history.jsonl"), r.history),
-			os.WriteFile(filepath.Join(r.Dir, "REPLAY"), []byte(replay), 0o644))
+		replay := fmt.Sprintf(r.replay+"\n", r.Seed, r.Duration)
+		errs = append(errs, os.WriteFile(filepath.Join(r.Dir, "REPLAY"), []byte(replay), 0o644))
 		if r.NotLinearizable && r.check != nil {
 			errs = append(errs, r.check.Visualize(filepath.Join(r.Dir, "linearizability.html")))
 		}
@@ -407,7 +417,7 @@ func (r *Report) Summary() string {
 			}
 			b.WriteString("  " + v + "\n")
 		}
-		fmt.Fprintf(&b, "evidence in %s; replay: make chaos CHAOS_SEED=%d CHAOS_DURATION=%s\n", r.Dir, r.Seed, r.Duration)
+		fmt.Fprintf(&b, "evidence in %s; replay: "+r.replay+"\n", r.Dir, r.Seed, r.Duration)
 	}
 	return b.String()
 }
