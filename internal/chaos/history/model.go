@@ -29,9 +29,12 @@ type State struct {
 // String describes the state for the visualization and failure reports.
 func (s State) String() string {
 	var b strings.Builder
-	if s.Exists {
+	switch {
+	case s.Exists && s.Value == unread:
+		b.WriteString("a value no op reads")
+	case s.Exists:
 		b.WriteString(short(s.Value))
-	} else {
+	default:
 		b.WriteString("absent")
 	}
 	fmt.Fprintf(&b, " (gen>=%d", s.Gen)
@@ -86,13 +89,15 @@ func endOp(key string) *Op { return &Op{ID: -1, Client: -1, Key: key, Kind: end,
 // (see malformed) and has a definite effect or none, except Unknown ones.
 //
 // An Unknown op may have taken effect at any point after its invocation, or
-// never. "Never" is its placement after the end op, as a no-op. Before the end op it
-// is placed only where it changes the state and something observes that
-// change before it is overwritten: a placement with no visible effect (a
-// false condition, a delete of nothing) or whose effect is overwritten unseen
-// is interchangeable with "never" (every other op sees the same states), and
-// porcupine, which cannot tell such placements apart, would otherwise
-// explore them all in every combination.
+// never. "Never" is its placement after the end op, as a no-op. Before the
+// end op it is placed only where it changes the state and something
+// observes that change before it is overwritten: a placement with no
+// visible effect (a false condition, a delete of nothing) or whose effect
+// is overwritten unseen is interchangeable with "never" (every other op
+// sees the same states), and porcupine, which cannot tell such placements
+// apart, would otherwise explore them all in every combination. (An Unknown
+// op given a deadline before the end op was observed, so its effect is
+// seen in every linearization: see effectDeadlines.)
 func step(s State, op *Op) (bool, State) {
 	if op.Kind == end {
 		s.Ended, s.Unseen = true, false
