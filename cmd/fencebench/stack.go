@@ -1,18 +1,15 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -193,24 +190,12 @@ func startFencegate(ctx context.Context, bin, dir, dbURL string, store stack.End
 	}
 	env := cfg.Environ()
 	// The client key: `fencegate migrate`, then `fencegate keys create`.
-	if out, err := runTool(ctx, bin, env, "migrate"); err != nil {
+	if out, err := stack.RunTool(ctx, bin, env, "migrate"); err != nil {
 		return nil, stack.Endpoint{}, fmt.Errorf("fencegate migrate: %v\n%s", err, out)
 	}
-	out, err := runTool(ctx, bin, env, "keys", "create", "--description", "fencebench", "admin:*")
+	ep, err := stack.CreateAccessKey(ctx, bin, env, "fencebench", "admin:*")
 	if err != nil {
-		return nil, stack.Endpoint{}, fmt.Errorf("fencegate keys create: %v\n%s", err, out)
-	}
-	ep := stack.Endpoint{Region: "us-east-1"}
-	sc := bufio.NewScanner(strings.NewReader(out))
-	for sc.Scan() {
-		if v, ok := strings.CutPrefix(sc.Text(), "AWS_ACCESS_KEY_ID="); ok {
-			ep.AccessKey = v
-		} else if v, ok := strings.CutPrefix(sc.Text(), "AWS_SECRET_ACCESS_KEY="); ok {
-			ep.SecretKey = v
-		}
-	}
-	if ep.AccessKey == "" || ep.SecretKey == "" {
-		return nil, stack.Endpoint{}, fmt.Errorf("fencegate keys create printed no key pair:\n%s", out)
+		return nil, stack.Endpoint{}, err
 	}
 	fg, err := stack.StartFencegate(ctx, cfg)
 	if err != nil {
@@ -218,19 +203,6 @@ func startFencegate(ctx context.Context, bin, dir, dbURL string, store stack.End
 	}
 	ep.URL = fg.URL
 	return fg, ep, nil
-}
-
-func runTool(ctx context.Context, bin string, env []string, args ...string) (string, error) {
-	cmd := exec.CommandContext(ctx, bin, args...)
-	cmd.Env = env
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	var stderr strings.Builder
-	cmd.Stderr = &stderr
-	out, err := cmd.Output()
-	if err != nil {
-		return string(out) + stderr.String(), err
-	}
-	return string(out), nil
 }
 
 // childPid finds this process's direct child whose command name is comm (the

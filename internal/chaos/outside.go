@@ -86,7 +86,7 @@ func (c *Campaign) directWrite(rng *rand.Rand) {
 	if rng.IntN(3) == 0 {
 		op := c.rec.begin(3000, -1, bucket+"/"+key, history.Delete)
 		_, err := cl.DeleteObject(ctx, &s3.DeleteObjectInput{Bucket: &bucket, Key: &key})
-		c.directOutcome(&op, err)
+		directOutcome(&op, err)
 		c.rec.finish(op)
 		return
 	}
@@ -96,22 +96,14 @@ func (c *Campaign) directWrite(rng *rand.Rand) {
 	op := c.rec.begin(3000, -1, bucket+"/"+key, history.Write)
 	op.Value = v
 	_, err := cl.PutObject(ctx, &s3.PutObjectInput{Bucket: &bucket, Key: &key, Body: bytes.NewReader(body)})
-	c.directOutcome(&op, err)
+	directOutcome(&op, err)
 	c.rec.finish(op)
 }
 
-func (c *Campaign) directOutcome(op *history.Op, err error) {
-	if err == nil {
-		op.Outcome, op.Detail = history.OK, "straight at the store"
-		return
-	}
-	status, code := errorStatus(err)
-	op.Detail = fmt.Sprintf("straight at the store: %d %s", status, code)
-	if status >= 400 && status < 500 || status == 0 && neverConnected(err) {
-		op.Outcome = history.Failed
-	} else {
-		op.Outcome = history.Unknown
-	}
+// directOutcome classifies a write straight at the store as a gateway's is.
+func directOutcome(op *history.Op, err error) {
+	writeOutcome(op, err)
+	op.Detail = "straight at the store: " + op.Detail
 }
 
 func (c *Campaign) directClient() *s3.Client {

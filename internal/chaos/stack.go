@@ -1,14 +1,12 @@
 package chaos
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
 	"net/http"
 	"net/url"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -114,27 +112,13 @@ func startStack(ctx context.Context, dir, bin string, gateways int, extraEnv []s
 	}
 	s.serverKey = randomKey(64)
 	env := s.serveConfig("", s.adminDB, s.store.URL).Environ()
-	if out, err := runTool(ctx, bin, env, "migrate"); err != nil {
+	if out, err := stack.RunTool(ctx, bin, env, "migrate"); err != nil {
 		s.stop()
 		return nil, fmt.Errorf("fencegate migrate: %v\n%s", err, out)
 	}
-	out, err := runTool(ctx, bin, env, "keys", "create", "--description", "chaos campaign", "admin:*")
-	if err != nil {
+	if s.client, err = stack.CreateAccessKey(ctx, bin, env, "chaos campaign", "admin:*"); err != nil {
 		s.stop()
-		return nil, fmt.Errorf("fencegate keys create: %v\n%s", err, out)
-	}
-	sc := bufio.NewScanner(strings.NewReader(out))
-	for sc.Scan() {
-		if v, ok := strings.CutPrefix(sc.Text(), "AWS_ACCESS_KEY_ID="); ok {
-			s.client.AccessKey = v
-		} else if v, ok := strings.CutPrefix(sc.Text(), "AWS_SECRET_ACCESS_KEY="); ok {
-			s.client.SecretKey = v
-		}
-	}
-	s.client.Region = "us-east-1"
-	if s.client.AccessKey == "" {
-		s.stop()
-		return nil, fmt.Errorf("fencegate keys create printed no key:\n%s", out)
+		return nil, err
 	}
 	for i := range gateways {
 		p, err := faultproxy.NewTCP("127.0.0.1:" + strconv.Itoa(s.pgPort))
@@ -323,20 +307,7 @@ func (s *campaignStack) stop() {
 func (s *campaignStack) tool(ctx context.Context, args ...string) (string, error) {
 	// The audit reads the store itself, not through a fault proxy.
 	env := s.serveConfig("", s.adminDB, s.store.URL).Environ()
-	return runTool(ctx, s.bin, env, args...)
-}
-
-func runTool(ctx context.Context, bin string, env []string, args ...string) (string, error) {
-	cmd := exec.CommandContext(ctx, bin, args...)
-	cmd.Env = env
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	var stderr strings.Builder
-	cmd.Stderr = &stderr
-	out, err := cmd.Output()
-	if err != nil {
-		return string(out) + stderr.String(), err
-	}
-	return string(out), nil
+	return stack.RunTool(ctx, s.bin, env, args...)
 }
 
 func sleep(ctx context.Context, d time.Duration) {

@@ -241,7 +241,7 @@ func (w *worker) put(cl *s3.Client, gi int, bucket, key string, cond history.Con
 		op.ETag = strings.Trim(aws.ToString(out.ETag), `"`)
 		op.Gen = generationOf(out.ResultMetadata)
 	}
-	w.writeOutcome(&op, err)
+	writeOutcome(&op, err)
 	w.c.rec.finish(op)
 }
 
@@ -258,7 +258,7 @@ func (w *worker) copy(cl *s3.Client, gi int, bucket, key string) {
 		}
 		op.Gen = generationOf(out.ResultMetadata)
 	}
-	w.writeOutcome(&op, err)
+	writeOutcome(&op, err)
 	op.Detail = "copy " + op.Detail
 	w.c.rec.finish(op)
 }
@@ -293,7 +293,7 @@ func (w *worker) multipart(cl *s3.Client, gi int, bucket, key string) {
 			try.ETag = strings.Trim(aws.ToString(out.ETag), `"`)
 			try.Gen = generationOf(out.ResultMetadata)
 		}
-		w.writeOutcome(&try, err)
+		writeOutcome(&try, err)
 		details = append(details, string(try.Outcome)+" "+try.Detail)
 		if try.Outcome == history.OK {
 			op = try
@@ -328,7 +328,7 @@ func (w *worker) delete(cl *s3.Client, gi int, bucket, key string) {
 	if err == nil {
 		op.Gen = generationOf(out.ResultMetadata)
 	}
-	w.writeOutcome(&op, err)
+	writeOutcome(&op, err)
 	w.c.rec.finish(op)
 }
 
@@ -351,7 +351,7 @@ func (w *worker) deleteObjects(cl *s3.Client, gi int, bucket, a, b string) {
 	perKey := map[string]history.Op{}
 	for _, k := range keys {
 		op := history.Op{ID: w.c.rec.next.Add(1), Client: w.id, Gateway: gi, Key: bucket + "/" + k, Kind: history.Delete, Invoke: start}
-		w.writeOutcome(&op, err)
+		writeOutcome(&op, err)
 		op.Detail = "DeleteObjects " + op.Detail
 		perKey[k] = op
 	}
@@ -387,7 +387,7 @@ func entryOutcome(code string) history.Outcome {
 // only when nothing was or can be written: a busy key, a refused fence) and
 // other 4xx are definite failures; every other failure, a 5xx or no answer,
 // leaves the outcome unknown, except a connection that was never made.
-func (w *worker) writeOutcome(op *history.Op, err error) {
+func writeOutcome(op *history.Op, err error) {
 	if err == nil {
 		op.Outcome, op.Detail = history.OK, "ok"
 		return
