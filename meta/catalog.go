@@ -99,6 +99,11 @@ type AcquireParams struct {
 	// Session is the holder's gateway session ("": none, the lease lives on
 	// its own expiry alone).
 	Session string
+	// Wait: the writer waits if the key is held, so a refused acquire marks
+	// the key's lease row with Attempt.Gateway and the row's release
+	// notifies that gateway's listener (ListenReleases) unless the holder
+	// is of the same gateway (migrations/0008_release_wakeups.sql).
+	Wait bool
 }
 
 // Acquired is a lease taken: the key's state read under it and, when it was
@@ -114,7 +119,8 @@ type Acquired struct {
 // no longer live (its lease expired or its session died; see LiveLease) and
 // records the attempt as leased, in one transaction (W1, W2). A previous
 // holder that lost the lease becomes unknown: it may have landed. It returns
-// nil (and commits nothing) while another holder is live.
+// nil while another holder is live (and writes nothing, except a waiter's
+// mark: see AcquireParams.Wait).
 func (c *Catalog) Acquire(ctx context.Context, p AcquireParams) (*Acquired, error) {
 	mode := "new"
 	if p.NoAttempt {
@@ -126,9 +132,9 @@ func (c *Catalog) Acquire(ctx context.Context, p AcquireParams) (*Acquired, erro
 	// The key's state rides in the same round trip, read after the lease row
 	// is locked: the writer settles from it (KeyState).
 	b := &pgx.Batch{}
-	b.Queue(`SELECT acquired, dead_session_for FROM fencegate_acquire($1, $2, $3, $4::interval, $5, $6, $7, $8, $9, $10, $11)`,
+	b.Queue(`SELECT acquired, dead_session_for FROM fencegate_acquire($1, $2, $3, $4::interval, $5, $6, $7, $8, $9, $10, $11, $12)`,
 		p.Bucket, p.Key, a.ID, p.TTL.String(), mode, a.Op, a.Gateway, nullSize(a.DeclaredSize), a.Checksum, nullID(a.UploadAttempt),
-		nullID(p.Session)).
+		nullID(p.Session), p.Wait).
 		QueryRow(func(row pgx.Row) error { return row.Scan(&ok, &deadFor) })
 	ks := &KeyState{}
 	queueKeyState(b, p.Bucket, p.Key, ks)
