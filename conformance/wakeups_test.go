@@ -107,8 +107,9 @@ func TestReleaseWakesWaiterInAnotherGateway(t *testing.T) {
 // kept from reconnecting: the gateway notices, its waiting writers fall back
 // to the fast poll and still get their key promptly; once the connection is
 // possible again the listener resubscribes and wake-ups come by
-// notification again. Only the listener goes through the fault proxy here;
-// the gateway's pool does not.
+// notification again. The same after a silent partition, which only the
+// listener's ping notices. Only the listener goes through the fault proxy
+// here; the gateway's pool does not.
 func TestReleaseListenerReconnects(t *testing.T) {
 	fp, fep := faultStore(t)
 	pgp, pgURL := faultDatabase(t)
@@ -147,6 +148,18 @@ func TestReleaseListenerReconnects(t *testing.T) {
 	contend(t, fp, gA, gB, bWaiting, bucket, "after-reconnect", 5*time.Second)
 	if n, p := wakeupsOf(t, gB, "notify"), wakeupsOf(t, gB, "poll"); n != 1 || p != polls {
 		t.Fatalf("listener back: B's wake-ups notify %v, poll %v (was %v); want one notification, no poll", n, p, polls)
+	}
+
+	// A silent partition (no reset, nothing answers): the listener finds
+	// out by its ping when the connection stays quiet, and comes back.
+	pgp.Blackhole(true)
+	silent := time.Now()
+	waitFor(t, "B to notice its silent listener is gone", 30*time.Second, listening(0))
+	t.Logf("a silent listener was noticed gone %s after the partition", time.Since(silent).Round(time.Millisecond))
+	pgp.Blackhole(false)
+	waitFor(t, "B's listener to resubscribe", time.Minute, listening(1))
+	if lost := metricValue(t, gB.Leases.Metrics.ListenerLost); lost != 2 {
+		t.Fatalf("listener lost %v times, want 2", lost)
 	}
 	audit(t, gA.Store, bucket, "while-down", "after-reconnect")
 }
