@@ -113,8 +113,8 @@ func (c Config) Validate() error {
 
 // Driver is the SQL the protocol needs (meta.Catalog implements it).
 type Driver interface {
-	// Acquire also returns the key's state, read under the new lease; nil
-	// while another holder is live.
+	// Acquire also returns the key's state, read under the new lease; a
+	// *meta.Held error while another holder is live.
 	Acquire(ctx context.Context, p meta.AcquireParams) (*meta.Acquired, error)
 	Renew(ctx context.Context, bucket, key, holder string, ttl time.Duration) (bool, error)
 	// Progress records that holder's write is moving bytes.
@@ -229,7 +229,7 @@ func (m *Manager) Acquire(ctx context.Context, req Request) (*Lease, error) {
 				m.Hooks.Waiting(req.Bucket, req.Key)
 			}
 			_, epoch := m.queues.listenState()
-			if err := m.awaitTurn(ctx, key, queued, epoch, waitUntil, limit); err != nil {
+			if err := m.awaitTurn(ctx, key, queued, epoch, time.Time{}, waitUntil, limit); err != nil {
 				return nil, err
 			}
 		}
@@ -249,10 +249,14 @@ func (m *Manager) Acquire(ctx context.Context, req Request) (*Lease, error) {
 		dctx, cancel := m.dbctx(ctx)
 		acq, err := m.db.Acquire(dctx, p)
 		cancel()
+		var held *meta.Held
+		if errors.As(err, &held) {
+			err = nil
+		}
 		if err != nil {
 			return nil, err
 		}
-		if acq != nil {
+		if held == nil {
 			m.Metrics.Acquired.Inc()
 			if waited {
 				m.Metrics.Waited.Inc()
@@ -288,7 +292,10 @@ func (m *Manager) Acquire(ctx context.Context, req Request) (*Lease, error) {
 			m.Hooks.Waiting(req.Bucket, req.Key)
 		}
 		waited = true
-		if err := m.awaitTurn(ctx, key, queued, listenEpoch, waitUntil, limit); err != nil {
+		// The holder is live until its lease's or its session's expiry at
+		// most: if it died, the key is free then, poll or not.
+		holderGone := time.Now().Add(held.LiveFor + time.Millisecond)
+		if err := m.awaitTurn(ctx, key, queued, listenEpoch, holderGone, waitUntil, limit); err != nil {
 			return nil, err
 		}
 	}
@@ -297,11 +304,16 @@ func (m *Manager) Acquire(ctx context.Context, req Request) (*Lease, error) {
 // awaitTurn waits until w should try for the key again: woken (by a release
 // here or elsewhere, the writer ahead leaving, the listener changing), or
 // its poll comes round (see keyQueues.poll; epoch is the listener's as of
-// w's last attempt). The wait never passes the writer's next deadline
-// (waitUntil, then limit), so its last attempt is made there.
-func (m *Manager) awaitTurn(ctx context.Context, key [2]string, w *waiter, epoch uint64, waitUntil, limit time.Time) error {
+// w's last attempt). The head's wait never passes holderGone (when the
+// holder, if it died, is no longer live; zero: not known), and no wait
+// passes the writer's next deadline (waitUntil, then limit), so its last
+// attempt is made there.
+func (m *Manager) awaitTurn(ctx context.Context, key [2]string, w *waiter, epoch uint64, holderGone, waitUntil, limit time.Time) error {
 	poll := m.queues.poll(key, w, epoch, m.cfg.WaitPoll, m.cfg.WaitPollListening)
 	now := time.Now()
+	if holderGone.After(now) && m.queues.head(key, w) {
+		poll = min(poll, holderGone.Sub(now))
+	}
 	for _, d := range []time.Time{waitUntil, limit} {
 		if d.After(now) {
 			poll = min(poll, d.Sub(now))

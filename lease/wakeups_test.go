@@ -299,3 +299,44 @@ func counter(t *testing.T, c metricWriter) float64 {
 	}
 	return d.GetCounter().GetValue()
 }
+
+// A holder that stops renewing (it died) is gone when its lease runs out;
+// the waiter, told by its refusal how long the holder stays live at most,
+// tries again then, not at its next slow poll (30 s here), and takes the
+// key over.
+func TestWaiterTriesWhenTheHoldersLeaseRunsOut(t *testing.T) {
+	c := catalog(t)
+	drv := &failingRenewals{Catalog: c}
+	a := lease.NewManager(lease.Config{TTL: 1500 * time.Millisecond, RenewEvery: 200 * time.Millisecond,
+		Margin: 500 * time.Millisecond, Gateway: "gw-a-" + meta.NewID()[:8]}, drv, nil)
+	cfgB := slowPolls
+	cfgB.Gateway = "gw-b-" + meta.NewID()[:8]
+	b := lease.NewManager(cfgB, c, nil)
+	f := newFakeWakeups()
+	listenWith(t, b, f)
+	<-f.started
+	f.up(true)
+	ctx := context.Background()
+	req := lease.Request{Bucket: "b", Key: "dies-" + meta.NewID(), Op: "put", DeclaredSize: 1}
+	dead, err := a.Acquire(ctx, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	drv.fail.Store(true) // A renews no more: its lease runs out within 1.5 s
+	start := time.Now()
+	got, err := b.Acquire(ctx, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer got.Fail("test")
+	if d := time.Since(start); d > 5*time.Second {
+		t.Fatalf("B took the key over after %s: not when A's 1.5 s lease ran out", d)
+	}
+	if s := state(t, c, dead.AttemptID); s != meta.StateUnknown {
+		t.Fatalf("the dead holder's attempt is %s, want unknown (taken over)", s)
+	}
+	if p, n := wakeups(t, b, "poll"), wakeups(t, b, "notify"); p < 1 || n != 0 {
+		t.Fatalf("wake-ups: poll %v, notify %v; want the poll cut short at the holder's expiry", p, n)
+	}
+	t.Logf("B took the key over %s after it began to wait", time.Since(start).Round(time.Millisecond))
+}

@@ -2,6 +2,7 @@ package meta
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"time"
 )
@@ -68,10 +69,14 @@ func acquire(t *testing.T, c *Catalog, bucket, key, gw string, wait bool) (strin
 	id := NewID()
 	acq, err := c.Acquire(context.Background(), AcquireParams{Bucket: bucket, Key: key, TTL: time.Minute, Wait: wait,
 		Attempt: Attempt{ID: id, Op: "put", Gateway: gw, DeclaredSize: 1}})
-	if err != nil {
-		t.Fatal(err)
+	var held *Held
+	if errors.As(err, &held) {
+		return id, false
 	}
-	return id, acq != nil
+	if err != nil || acq == nil {
+		t.Fatalf("acquire: %v %v", acq, err)
+	}
+	return id, true
 }
 
 // A release is announced exactly when a writer of another gateway waits
@@ -208,6 +213,10 @@ func TestAcquireLosingTheInsertRaceMarks(t *testing.T) {
 	go func() {
 		acq, err := c.Acquire(ctx, AcquireParams{Bucket: bucket, Key: "k", TTL: time.Minute, Wait: true,
 			Attempt: Attempt{ID: NewID(), Op: "put", Gateway: gwB, DeclaredSize: 1}})
+		var held *Held
+		if errors.As(err, &held) {
+			err = nil
+		}
 		lost <- res{acq != nil, err}
 	}()
 	// The loser blocks on the winner's uncommitted row.
@@ -267,5 +276,39 @@ func TestListenerReconnects(t *testing.T) {
 	}
 	if h := l.next(t); h != KeyHash(bucket, "k") {
 		t.Fatalf("after the reconnect: notified %q, want %q", h, KeyHash(bucket, "k"))
+	}
+}
+
+// A refusal says how long the holder stays live at most: its lease's expiry,
+// or its session's when that comes first.
+func TestRefusalSaysHowLongTheHolderLives(t *testing.T) {
+	c := &Catalog{Pool: migratedPool(t)}
+	ctx := context.Background()
+	bucket := "wake-live-" + NewID()[:8]
+	sess, err := c.OpenSession(ctx, "gw-live", 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.EndSession(ctx, sess)
+	for _, tc := range []struct {
+		key, session string
+		lo, hi       time.Duration
+	}{
+		{"own-expiry", "", 50 * time.Second, time.Minute},
+		{"session", sess, 5 * time.Second, 10 * time.Second},
+	} {
+		if _, err := c.Acquire(ctx, AcquireParams{Bucket: bucket, Key: tc.key, TTL: time.Minute, Session: tc.session,
+			Attempt: Attempt{ID: NewID(), Op: "put", Gateway: "gw-live", DeclaredSize: 1}}); err != nil {
+			t.Fatal(err)
+		}
+		_, err := c.Acquire(ctx, AcquireParams{Bucket: bucket, Key: tc.key, TTL: time.Minute,
+			Attempt: Attempt{ID: NewID(), Op: "put", Gateway: "gw-other", DeclaredSize: 1}})
+		var held *Held
+		if !errors.As(err, &held) {
+			t.Fatalf("%s: a second acquire: %v, want *Held", tc.key, err)
+		}
+		if held.LiveFor <= tc.lo || held.LiveFor > tc.hi {
+			t.Fatalf("%s: the holder lives %s more, want within (%s, %s]", tc.key, held.LiveFor, tc.lo, tc.hi)
+		}
 	}
 }

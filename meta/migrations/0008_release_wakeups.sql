@@ -57,12 +57,16 @@ DROP FUNCTION fencegate_acquire(text, text, uuid, interval, text, text, text, bi
 -- fencegate_acquire is 0006's, plus p_wait: a writer that will wait if the
 -- key is held marks the row with its gateway p_gateway (above). It defaults
 -- to false, so a gateway built before this migration calls it unchanged (its
--- waiters poll, as they did). A writer that loses the race to insert a new
--- key's row reads the row its rival committed, like any held key.
+-- waiters poll, as they did). A refusal also says, in holder_live_for, how
+-- many seconds the live holder stays live at most unless it renews its lease
+-- or its session heartbeats (whichever expiry comes first), so a waiter that
+-- polls slowly still tries again as soon as a holder that died is gone. A
+-- writer that loses the race to insert a new key's row reads the row its
+-- rival committed, like any held key.
 CREATE FUNCTION fencegate_acquire(p_bucket text, p_key text, p_holder uuid, p_ttl interval, p_mode text,
         p_op text, p_gateway text, p_size bigint, p_checksum text, p_upload_attempt uuid, p_session uuid,
         p_wait boolean DEFAULT false,
-        OUT acquired boolean, OUT dead_session_for double precision)
+        OUT acquired boolean, OUT dead_session_for double precision, OUT holder_live_for double precision)
     LANGUAGE plpgsql AS $$
 DECLARE
     v_holder  uuid;
@@ -91,6 +95,8 @@ BEGIN
     ELSIF NOT v_found THEN
         RETURN; -- inserted by another writer and pruned again, twice: busy
     ELSIF fencegate_lease_live(v_holder, v_expires, v_session) THEN
+        holder_live_for := extract(epoch FROM least(v_expires,
+            (SELECT s.expires_at FROM sessions s WHERE s.session_id = v_session)) - clock_timestamp());
         IF p_wait THEN
             v_mark := CASE WHEN v_wakeup IS NULL OR v_wakeup = p_gateway THEN p_gateway ELSE '*' END;
             IF v_mark IS DISTINCT FROM v_wakeup THEN
