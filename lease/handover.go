@@ -24,8 +24,9 @@ import (
 //
 // and otherwise when its poll comes round (poll): every WaitPollListening
 // while the listener has been subscribed since before the head's last
-// attempt, every WaitPoll otherwise (no listener, or it was lost). A wake-up
-// only brings forward the attempt the poll would have made.
+// attempt, every WaitPoll otherwise (no listener, or it was lost), and no
+// later than when the holder, if it died, stops being live (Acquire). A
+// wake-up only brings forward the attempt the poll would have made.
 
 // slowPoll is how often a waiter behind the queue's head checks anyway.
 const slowPoll = time.Second

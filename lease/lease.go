@@ -33,8 +33,8 @@ type Config struct {
 	WaitPoll time.Duration
 	// WaitPollListening is that poll while the release listener is
 	// subscribed (1 s): a release elsewhere wakes the head at once (see
-	// handover.go), so the poll is only a fallback, and what notices a
-	// holder that died.
+	// handover.go), so the poll is only a fallback (a holder that died is
+	// tried for when its liveness runs out: meta.Held).
 	WaitPollListening time.Duration
 	DBTimeout         time.Duration // bound on every database call
 	Gateway           string        // this process's identity, recorded on its attempts and its session
