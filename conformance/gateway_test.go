@@ -69,6 +69,11 @@ type gatewayOptions struct {
 	// Stream turns the spool off: every PutObject body streams while the
 	// key's lease is held (as bodies over --spool-max do).
 	Stream bool
+	// Wakeups is where the gateway hears of releases in other gateways, as
+	// `fencegate serve` does (default: a listener on its own database
+	// URL); NoWakeups runs none (its waiters poll every WaitPoll).
+	Wakeups   lease.Wakeups
+	NoWakeups bool
 }
 
 var (
@@ -152,6 +157,13 @@ func startGateway(t *testing.T, o gatewayOptions) *testGateway {
 	}
 	leases, tracker := wiring.Protocol(pool, o.Lease)
 	leases.Hooks = o.Hooks
+	if !o.NoWakeups {
+		w := o.Wakeups
+		if w == nil {
+			w = tracker.Catalog
+		}
+		go func() { _ = leases.ListenForReleases(ctx, w) }()
+	}
 	srv, err := gateway.New(ctx, cfg, gateway.Deps{
 		Log:     slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: logLevel})),
 		Keys:    wiring.KeySource{Keys: keys},

@@ -1,45 +1,82 @@
 package lease
 
 import (
+	"math/rand/v2"
 	"sync"
 	"time"
+
+	"github.com/fencegate/fencegate/meta"
 )
 
-// Writers waiting for a key in this gateway queue for it in arrival order and
-// are woken by the release (or commit) of the lease here, without waiting for
-// a database poll: the key is handed over in one round trip. Only the queue's
-// head polls the database (WaitPoll, for a holder in another gateway or one
-// that died); the others wait for their turn, with a slow poll as a safety
-// net. A writer that arrives while others wait joins the queue behind them
-// instead of trying first, so no writer in this gateway starves.
+// Writers that may wait for a key in this gateway queue for it in arrival
+// order, each taking its place before it first asks the database. Only the
+// queue's head asks the database again; the others wait for their turn,
+// with a slow poll (slowPoll) as a safety net. The head tries again at once
+// when it is woken:
+//
+//   - handover: the key's lease was released (or committed) here;
+//   - queue: the writer ahead of it left the queue (it took the key, gave up
+//     or was cancelled), making it the head;
+//   - notify: the key was released in another gateway, which PostgreSQL
+//     announced to this gateway's release listener (wakeups.go);
+//   - listener: the release listener was lost or regained, so a release may
+//     have gone unheard;
+//
+// and otherwise when its poll comes round (poll): every WaitPollListening
+// while the listener has been subscribed since before the head's last
+// attempt, every WaitPoll otherwise (no listener, or it was lost), and no
+// later than when the holder, if it died, stops being live (Acquire). A
+// wake-up only brings forward the attempt the poll would have made.
 
 // slowPoll is how often a waiter behind the queue's head checks anyway.
 const slowPoll = time.Second
 
+// What woke a waiter: the label of fencegate_lease_wakeups_total.
+const (
+	wokenHandover = "handover"
+	wokenQueue    = "queue"
+	wokenNotify   = "notify"
+	wokenListener = "listener"
+	wokenPoll     = "poll"
+)
+
 type keyQueues struct {
 	mu     sync.Mutex
-	queues map[[2]string][]*waiter
+	queues map[[2]string]*keyQueue
+	byHash map[string][]*keyQueue // by meta.KeyHash of their key
+
+	// The release listener: listening while subscribed; epoch counts its
+	// changes, so a waiter can tell whether it stayed subscribed since.
+	listening bool
+	epoch     uint64
 }
 
-// waiter is one writer in a key's queue; wake is signalled when it should
-// try again at once.
-type waiter struct{ wake chan struct{} }
-
-func (q *keyQueues) waiting(key [2]string) bool {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	return len(q.queues[key]) > 0
+// keyQueue is the writers waiting for one key, first come first.
+type keyQueue struct {
+	hash string
+	ws   []*waiter
 }
+
+// waiter is one writer in a key's queue; wake is signalled, with what woke
+// it, when it should try again at once.
+type waiter struct{ wake chan string }
 
 // join puts a new waiter at the end of key's queue.
 func (q *keyQueues) join(key [2]string) *waiter {
-	w := &waiter{wake: make(chan struct{}, 1)}
+	w := &waiter{wake: make(chan string, 1)}
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if q.queues == nil {
-		q.queues = map[[2]string][]*waiter{}
+		q.queues = map[[2]string]*keyQueue{}
+		q.byHash = map[string][]*keyQueue{}
 	}
-	q.queues[key] = append(q.queues[key], w)
+	kq := q.queues[key]
+	if kq == nil {
+		kq = &keyQueue{hash: meta.KeyHash(key[0], key[1])}
+		q.queues[key] = kq
+		q.byHash[kq.hash] = append(q.byHash[kq.hash], kq)
+	}
+	kq.ws = append(kq.ws, w)
 	return w
 }
 
@@ -47,8 +84,12 @@ func (q *keyQueues) join(key [2]string) *waiter {
 func (q *keyQueues) head(key [2]string, w *waiter) bool {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	ws := q.queues[key]
-	return len(ws) > 0 && ws[0] == w
+	return q.headLocked(key, w)
+}
+
+func (q *keyQueues) headLocked(key [2]string, w *waiter) bool {
+	kq := q.queues[key]
+	return kq != nil && len(kq.ws) > 0 && kq.ws[0] == w
 }
 
 // leave takes w out of key's queue and wakes the waiter now first, so it
@@ -57,33 +98,105 @@ func (q *keyQueues) head(key [2]string, w *waiter) bool {
 func (q *keyQueues) leave(key [2]string, w *waiter) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	ws := q.queues[key]
-	for i, x := range ws {
+	kq := q.queues[key]
+	if kq == nil {
+		return
+	}
+	wasHead := len(kq.ws) > 0 && kq.ws[0] == w
+	for i, x := range kq.ws {
 		if x == w {
-			ws = append(ws[:i:i], ws[i+1:]...)
+			kq.ws = append(kq.ws[:i:i], kq.ws[i+1:]...)
 			break
 		}
 	}
-	if len(ws) == 0 {
+	if len(kq.ws) == 0 {
 		delete(q.queues, key)
+		same := q.byHash[kq.hash]
+		for i, x := range same {
+			if x == kq {
+				same = append(same[:i:i], same[i+1:]...)
+				break
+			}
+		}
+		if len(same) == 0 {
+			delete(q.byHash, kq.hash)
+		} else {
+			q.byHash[kq.hash] = same
+		}
 		return
 	}
-	q.queues[key] = ws
-	signal(ws[0])
+	if wasHead {
+		signal(kq.ws[0], wokenQueue)
+	}
 }
 
 // released wakes the first waiter for key: the lease was just given back here.
 func (q *keyQueues) released(key [2]string) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	if ws := q.queues[key]; len(ws) > 0 {
-		signal(ws[0])
+	if kq := q.queues[key]; kq != nil && len(kq.ws) > 0 {
+		signal(kq.ws[0], wokenHandover)
 	}
 }
 
-func signal(w *waiter) {
+// notified wakes the first waiter of each key whose hash is keyHash: the
+// release listener heard that key released elsewhere. It reports whether a
+// waiter here wanted it.
+func (q *keyQueues) notified(keyHash string) bool {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	for _, kq := range q.byHash[keyHash] {
+		if len(kq.ws) > 0 {
+			signal(kq.ws[0], wokenNotify)
+		}
+	}
+	return len(q.byHash[keyHash]) > 0
+}
+
+// setListening records that the release listener was subscribed (up) or
+// lost, and wakes every queue's head: releases may have gone unheard while
+// it was down, and while it is down the heads poll fast.
+func (q *keyQueues) setListening(up bool) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	q.listening = up
+	q.epoch++
+	for _, kq := range q.queues {
+		if len(kq.ws) > 0 {
+			signal(kq.ws[0], wokenListener)
+		}
+	}
+}
+
+// listenState is the listener's state as a writer sees it before asking the
+// database: whether it is subscribed, and its epoch.
+func (q *keyQueues) listenState() (bool, uint64) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.listening, q.epoch
+}
+
+// poll is how long w waits for a wake-up before trying again: slowPoll
+// behind the head; for the head, a slow poll (listening) while the listener
+// has been subscribed since epoch, when the head last asked the database (a
+// release after that ask is announced to it), else the fast one (fast).
+// Both are jittered.
+func (q *keyQueues) poll(key [2]string, w *waiter, epoch uint64, fast, listening time.Duration) time.Duration {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if !q.headLocked(key, w) {
+		return slowPoll
+	}
+	p := fast
+	if q.listening && q.epoch == epoch {
+		p = listening
+	}
+	return p/2 + rand.N(p+1)
+}
+
+func signal(w *waiter, why string) {
 	select {
-	case w.wake <- struct{}{}:
+	case w.wake <- why:
 	default:
 	}
 }

@@ -8,7 +8,6 @@ package lease
 import (
 	"context"
 	"errors"
-	"math/rand/v2"
 	"time"
 
 	"github.com/fencegate/fencegate/meta"
@@ -28,9 +27,17 @@ type Config struct {
 	WaitLimit time.Duration
 	// ProgressEvery is how often a holder whose bytes flow records it.
 	ProgressEvery time.Duration
-	WaitPoll      time.Duration // how often a waiting writer retries
-	DBTimeout     time.Duration // bound on every database call
-	Gateway       string        // this process's identity, recorded on its attempts and its session
+	// WaitPoll is how often the head of a key's queue of waiting writers
+	// asks for the key again while this gateway hears no releases from
+	// others (no release listener, or it is down) (50 ms).
+	WaitPoll time.Duration
+	// WaitPollListening is that poll while the release listener is
+	// subscribed (1 s): a release elsewhere wakes the head at once (see
+	// handover.go), so the poll is only a fallback (a holder that died is
+	// tried for when its liveness runs out: meta.Held).
+	WaitPollListening time.Duration
+	DBTimeout         time.Duration // bound on every database call
+	Gateway           string        // this process's identity, recorded on its attempts and its session
 
 	// Gateway sessions (see session.go): the session is extended every
 	// SessionHeartbeat (2 s) to SessionTimeout (10 s) ahead on PostgreSQL's
@@ -63,6 +70,9 @@ func (c *Config) setDefaults() {
 	if c.WaitPoll == 0 {
 		c.WaitPoll = 50 * time.Millisecond
 	}
+	if c.WaitPollListening == 0 {
+		c.WaitPollListening = time.Second
+	}
 	if c.DBTimeout == 0 {
 		c.DBTimeout = 5 * time.Second
 	}
@@ -82,7 +92,7 @@ func (c *Config) setDefaults() {
 
 // Validate reports configurations under which the protocol cannot hold.
 func (c Config) Validate() error {
-	for _, d := range []time.Duration{c.TTL, c.RenewEvery, c.Margin, c.WaitMax, c.WaitLimit, c.ProgressEvery, c.WaitPoll, c.DBTimeout,
+	for _, d := range []time.Duration{c.TTL, c.RenewEvery, c.Margin, c.WaitMax, c.WaitLimit, c.ProgressEvery, c.WaitPoll, c.WaitPollListening, c.DBTimeout,
 		c.SessionHeartbeat, c.SessionTimeout, c.SessionMargin} {
 		if d < 0 {
 			return errors.New("lease durations must not be negative")
@@ -103,8 +113,8 @@ func (c Config) Validate() error {
 
 // Driver is the SQL the protocol needs (meta.Catalog implements it).
 type Driver interface {
-	// Acquire also returns the key's state, read under the new lease; nil
-	// while another holder is live.
+	// Acquire also returns the key's state, read under the new lease; a
+	// *meta.Held error while another holder is live.
 	Acquire(ctx context.Context, p meta.AcquireParams) (*meta.Acquired, error)
 	Renew(ctx context.Context, bucket, key, holder string, ttl time.Duration) (bool, error)
 	// Progress records that holder's write is moving bytes.
@@ -206,20 +216,22 @@ func (m *Manager) Acquire(ctx context.Context, req Request) (*Lease, error) {
 	waited := false
 	key := [2]string{req.Bucket, req.Key}
 	var queued *waiter // this writer's place in the key's queue (handover.go)
-	defer func() {
-		if queued != nil {
-			m.queues.leave(key, queued)
-		}
-	}()
-	if !req.ClientConditional && !req.NoWait && m.queues.waiting(key) {
-		// Others here wait for the key: take a place behind them.
+	if !req.ClientConditional && !req.NoWait {
+		// Take a place in the key's queue before asking the database, so a
+		// release here or elsewhere that comes while the first attempt is in
+		// flight wakes this writer.
 		queued = m.queues.join(key)
-		waited = true
-		if m.Hooks.Waiting != nil {
-			m.Hooks.Waiting(req.Bucket, req.Key)
-		}
-		if err := m.awaitTurn(ctx, key, queued); err != nil {
-			return nil, err
+		defer m.queues.leave(key, queued)
+		if !m.queues.head(key, queued) {
+			// Others here wait for the key: wait behind them.
+			waited = true
+			if m.Hooks.Waiting != nil {
+				m.Hooks.Waiting(req.Bucket, req.Key)
+			}
+			_, epoch := m.queues.listenState()
+			if err := m.awaitTurn(ctx, key, queued, epoch, time.Time{}, waitUntil, limit); err != nil {
+				return nil, err
+			}
 		}
 	}
 	for {
@@ -229,14 +241,22 @@ func (m *Manager) Acquire(ctx context.Context, req Request) (*Lease, error) {
 			return nil, err
 		}
 		p.Session = sid
+		// A writer that would wait marks the key while the release listener
+		// is subscribed, so the key's release elsewhere is announced here.
+		listening, listenEpoch := m.queues.listenState()
+		p.Wait = queued != nil && listening
 		sent := time.Now()
 		dctx, cancel := m.dbctx(ctx)
 		acq, err := m.db.Acquire(dctx, p)
 		cancel()
+		var held *meta.Held
+		if errors.As(err, &held) {
+			err = nil
+		}
 		if err != nil {
 			return nil, err
 		}
-		if acq != nil {
+		if held == nil {
 			m.Metrics.Acquired.Inc()
 			if waited {
 				m.Metrics.Waited.Inc()
@@ -272,30 +292,43 @@ func (m *Manager) Acquire(ctx context.Context, req Request) (*Lease, error) {
 			m.Hooks.Waiting(req.Bucket, req.Key)
 		}
 		waited = true
-		if queued == nil {
-			queued = m.queues.join(key)
-		}
-		if err := m.awaitTurn(ctx, key, queued); err != nil {
+		// The holder is live until its lease's or its session's expiry at
+		// most: if it died, the key is free then, poll or not.
+		holderGone := time.Now().Add(held.LiveFor + time.Millisecond)
+		if err := m.awaitTurn(ctx, key, queued, listenEpoch, holderGone, waitUntil, limit); err != nil {
 			return nil, err
 		}
 	}
 }
 
-// awaitTurn waits until w should try for the key again: woken by a release
-// here, or its poll comes round (WaitPoll, jittered, for the queue's head;
-// slowPoll behind it).
-func (m *Manager) awaitTurn(ctx context.Context, key [2]string, w *waiter) error {
-	poll := slowPoll
-	if m.queues.head(key, w) {
-		poll = m.cfg.WaitPoll/2 + rand.N(m.cfg.WaitPoll)
+// awaitTurn waits until w should try for the key again: woken (by a release
+// here or elsewhere, the writer ahead leaving, the listener changing), or
+// its poll comes round (see keyQueues.poll; epoch is the listener's as of
+// w's last attempt). The head's wait never passes holderGone (when the
+// holder, if it died, is no longer live; zero: not known), and no wait
+// passes the writer's next deadline (waitUntil, then limit), so its last
+// attempt is made there.
+func (m *Manager) awaitTurn(ctx context.Context, key [2]string, w *waiter, epoch uint64, holderGone, waitUntil, limit time.Time) error {
+	poll := m.queues.poll(key, w, epoch, m.cfg.WaitPoll, m.cfg.WaitPollListening)
+	now := time.Now()
+	if holderGone.After(now) && m.queues.head(key, w) {
+		poll = min(poll, holderGone.Sub(now))
+	}
+	for _, d := range []time.Time{waitUntil, limit} {
+		if d.After(now) {
+			poll = min(poll, d.Sub(now))
+			break
+		}
 	}
 	t := time.NewTimer(poll)
 	defer t.Stop()
 	select {
 	case <-ctx.Done():
 		return ctx.Err()
-	case <-w.wake:
+	case why := <-w.wake:
+		m.Metrics.Wakeups.WithLabelValues(why).Inc()
 	case <-t.C:
+		m.Metrics.Wakeups.WithLabelValues(wokenPoll).Inc()
 	}
 	return nil
 }

@@ -18,6 +18,12 @@ type Metrics struct {
 	SessionsLost         prometheus.Counter // this gateway's session lost (local deadline passed, or found dead)
 	SessionTakeovers     prometheus.Counter // key leases taken from holders whose session was dead
 	SessionTakeoverDelay prometheus.Histogram
+
+	// Waiting writers and the release listener (handover.go, wakeups.go).
+	Wakeups       *prometheus.CounterVec // source: handover, queue, notify, listener, poll
+	ListenerUp    prometheus.Gauge       // 1 while the release listener is subscribed
+	ListenerLost  prometheus.Counter     // the release listener's subscription lost
+	Notifications prometheus.Counter     // release notifications received
 }
 
 // NewMetrics makes the counters and registers them with reg (if not nil).
@@ -43,6 +49,14 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		SessionTakeoverDelay: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "fencegate_session_takeover_seconds",
 			Help:    "Time from a dead holder's last sign of life (its session's last heartbeat, or its end) to the takeover of its key, on the database clock.",
 			Buckets: []float64{0.5, 1, 2, 5, 8, 10, 12, 15, 20, 30, 60, 120}}),
+		Wakeups: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "fencegate_lease_wakeups_total",
+			Help: "Times a writer waiting for a key tried for it again, by what made it: handover (released in this gateway), queue (the writer ahead of it left), notify (released in another gateway, announced by PostgreSQL), listener (the release listener was lost or regained), poll (its poll came round)."}, []string{"source"}),
+		ListenerUp: prometheus.NewGauge(prometheus.GaugeOpts{Name: "fencegate_lease_listener_up",
+			Help: "1 while this gateway's release listener is subscribed (waiters are woken by releases in other gateways and poll slowly), else 0 (they poll fast)."}),
+		ListenerLost: prometheus.NewCounter(prometheus.CounterOpts{Name: "fencegate_lease_listener_lost_total",
+			Help: "Times the release listener's connection was lost (it reconnects with backoff)."}),
+		Notifications: prometheus.NewCounter(prometheus.CounterOpts{Name: "fencegate_lease_notifications_total",
+			Help: "Release notifications the listener received (keys released elsewhere that a gateway's writers wait for)."}),
 	}
 	if reg != nil {
 		m.Register(reg)
@@ -53,5 +67,6 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 // Register adds the counters to reg.
 func (m *Metrics) Register(reg prometheus.Registerer) {
 	reg.MustRegister(m.Acquired, m.Waited, m.Refused, m.Lost, m.Commits, m.Unknown, m.Settlements,
-		m.SessionUp, m.SessionsAlive, m.SessionsLost, m.SessionTakeovers, m.SessionTakeoverDelay)
+		m.SessionUp, m.SessionsAlive, m.SessionsLost, m.SessionTakeovers, m.SessionTakeoverDelay,
+		m.Wakeups, m.ListenerUp, m.ListenerLost, m.Notifications)
 }

@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"sync"
 	"time"
 
@@ -99,6 +100,24 @@ type AcquireParams struct {
 	// Session is the holder's gateway session ("": none, the lease lives on
 	// its own expiry alone).
 	Session string
+	// Wait: the writer waits if the key is held, so a refused acquire marks
+	// the key's lease row with Attempt.Gateway and the row's release
+	// notifies that gateway's listener (ListenReleases) unless the holder
+	// is of the same gateway (migrations/0008_release_wakeups.sql).
+	Wait bool
+}
+
+// Held is Acquire's error while another holder is live: nothing was taken
+// (only a waiter's mark written, see AcquireParams.Wait).
+type Held struct {
+	// LiveFor is how long the holder stays live at most, on the database
+	// clock, unless it renews its lease or its session heartbeats: the
+	// earlier of its lease's and its session's expiry.
+	LiveFor time.Duration
+}
+
+func (h *Held) Error() string {
+	return fmt.Sprintf("the key is held by a live writer (live for at most %s more)", h.LiveFor)
 }
 
 // Acquired is a lease taken: the key's state read under it and, when it was
@@ -113,8 +132,9 @@ type Acquired struct {
 // Acquire takes the key's lease for p.Attempt if it is free or its holder is
 // no longer live (its lease expired or its session died; see LiveLease) and
 // records the attempt as leased, in one transaction (W1, W2). A previous
-// holder that lost the lease becomes unknown: it may have landed. It returns
-// nil (and commits nothing) while another holder is live.
+// holder that lost the lease becomes unknown: it may have landed. While
+// another holder is live it returns a *Held error (and writes nothing, except
+// a waiter's mark: see AcquireParams.Wait).
 func (c *Catalog) Acquire(ctx context.Context, p AcquireParams) (*Acquired, error) {
 	mode := "new"
 	if p.NoAttempt {
@@ -122,21 +142,25 @@ func (c *Catalog) Acquire(ctx context.Context, p AcquireParams) (*Acquired, erro
 	}
 	a := p.Attempt
 	var ok bool
-	var deadFor *float64
+	var deadFor, liveFor *float64
 	// The key's state rides in the same round trip, read after the lease row
 	// is locked: the writer settles from it (KeyState).
 	b := &pgx.Batch{}
-	b.Queue(`SELECT acquired, dead_session_for FROM fencegate_acquire($1, $2, $3, $4::interval, $5, $6, $7, $8, $9, $10, $11)`,
+	b.Queue(`SELECT acquired, dead_session_for, holder_live_for FROM fencegate_acquire($1, $2, $3, $4::interval, $5, $6, $7, $8, $9, $10, $11, $12)`,
 		p.Bucket, p.Key, a.ID, p.TTL.String(), mode, a.Op, a.Gateway, nullSize(a.DeclaredSize), a.Checksum, nullID(a.UploadAttempt),
-		nullID(p.Session)).
-		QueryRow(func(row pgx.Row) error { return row.Scan(&ok, &deadFor) })
+		nullID(p.Session), p.Wait).
+		QueryRow(func(row pgx.Row) error { return row.Scan(&ok, &deadFor, &liveFor) })
 	ks := &KeyState{}
 	queueKeyState(b, p.Bucket, p.Key, ks)
 	if err := c.Pool.SendBatch(ctx, b).Close(); err != nil {
 		return nil, err
 	}
 	if !ok {
-		return nil, nil
+		h := &Held{}
+		if liveFor != nil {
+			h.LiveFor = time.Duration(*liveFor * float64(time.Second))
+		}
+		return nil, h
 	}
 	acq := &Acquired{State: ks}
 	if deadFor != nil {

@@ -34,6 +34,7 @@ type serveConfig struct {
 	DBMaxConns     int
 	DBQueryTimeout time.Duration
 	Lease          lease.Config
+	LeaseListen    bool
 	Reconcile      time.Duration
 	Lifecycle      lease.LifecycleConfig
 	ReconcileKinds string
@@ -79,6 +80,9 @@ func (c *serveConfig) define(f envFlags) {
 	f.Duration(&c.Lease.Margin, "lease-margin", "FENCEGATE_LEASE_MARGIN", 10*time.Second, "local deadline = last renewal's send time + TTL - margin")
 	f.Duration(&c.Lease.WaitMax, "lease-wait", "FENCEGATE_LEASE_WAIT", 10*time.Second, "how long a writer waits for a leased key before 503 SlowDown")
 	f.Duration(&c.Lease.WaitLimit, "lease-wait-max", "FENCEGATE_LEASE_WAIT_MAX", 60*time.Second, "how long in all a writer waits for a leased key while the holder's bytes keep flowing")
+	f.Duration(&c.Lease.WaitPoll, "lease-poll", "FENCEGATE_LEASE_POLL", 50*time.Millisecond, "how often the first writer waiting for a leased key asks for it again while no release listener is subscribed")
+	f.Duration(&c.Lease.WaitPollListening, "lease-poll-listening", "FENCEGATE_LEASE_POLL_LISTENING", time.Second, "that poll while the release listener is subscribed (releases in other gateways wake the writer at once; the poll is the fallback)")
+	f.Bool(&c.LeaseListen, "lease-listen", "FENCEGATE_LEASE_LISTEN", true, "hold one PostgreSQL connection that LISTENs for releases of keys this gateway's writers wait for (off: they poll every --lease-poll; needed behind a pooler in transaction mode)")
 	f.Duration(&c.Lease.DBTimeout, "db-timeout", "FENCEGATE_DB_TIMEOUT", 5*time.Second, "client-side bound on every database call of the write protocol")
 	f.Duration(&c.Lease.SessionHeartbeat, "session-heartbeat", "FENCEGATE_SESSION_HEARTBEAT", 2*time.Second, "how often the gateway extends its session on PostgreSQL's clock")
 	f.Duration(&c.Lease.SessionTimeout, "session-timeout", "FENCEGATE_SESSION_TIMEOUT", 10*time.Second, "a gateway whose session is not extended for this long is dead: its keys are free for others")
@@ -118,6 +122,7 @@ func (c *serveConfig) validate() error {
 	}{
 		{"--lease-ttl", c.Lease.TTL}, {"--lease-renew", c.Lease.RenewEvery}, {"--lease-margin", c.Lease.Margin},
 		{"--lease-wait", c.Lease.WaitMax}, {"--lease-wait-max", c.Lease.WaitLimit}, {"--db-timeout", c.Lease.DBTimeout},
+		{"--lease-poll", c.Lease.WaitPoll}, {"--lease-poll-listening", c.Lease.WaitPollListening},
 		{"--reconcile-interval", c.Reconcile}, {"--session-heartbeat", c.Lease.SessionHeartbeat},
 		{"--session-timeout", c.Lease.SessionTimeout}, {"--session-margin", c.Lease.SessionMargin},
 	} {
@@ -211,6 +216,11 @@ func runServe(ctx context.Context, cfg serveConfig, started func(s3Addr, adminAd
 			log.Warn("could not end the gateway's session; its keys are free once it expires", "err", err)
 		}
 	}()
+	if cfg.LeaseListen {
+		// Releases in other gateways of keys this gateway's writers wait
+		// for wake them at once; until ctx ends (shutdown).
+		go func() { _ = leases.ListenForReleases(ctx, tracker.Catalog) }()
+	}
 	srv, err := gateway.New(ctx, gcfg, gateway.Deps{
 		Log:     log,
 		Leases:  leases,
