@@ -68,10 +68,10 @@ func (c *Config) setDefaults() {
 		c.ProgressEvery = min(2*time.Second, c.RenewEvery)
 	}
 	if c.WaitPoll == 0 {
-		c.WaitPoll = 50 * time.Millisecond
+		c.WaitPoll = DefaultWaitPoll
 	}
 	if c.WaitPollListening == 0 {
-		c.WaitPollListening = time.Second
+		c.WaitPollListening = DefaultWaitPollListening
 	}
 	if c.DBTimeout == 0 {
 		c.DBTimeout = 5 * time.Second
@@ -91,6 +91,13 @@ func (c *Config) setDefaults() {
 }
 
 // Validate reports configurations under which the protocol cannot hold.
+// The waiting writers' polls: while no release listener is subscribed, and
+// while one is (a release in another gateway then wakes them at once).
+const (
+	DefaultWaitPoll          = 50 * time.Millisecond
+	DefaultWaitPollListening = time.Second
+)
+
 func (c Config) Validate() error {
 	for _, d := range []time.Duration{c.TTL, c.RenewEvery, c.Margin, c.WaitMax, c.WaitLimit, c.ProgressEvery, c.WaitPoll, c.WaitPollListening, c.DBTimeout,
 		c.SessionHeartbeat, c.SessionTimeout, c.SessionMargin} {

@@ -180,9 +180,11 @@ func devRun(ctx context.Context, args []string) error {
 		BackendURL: sw.URL, BackendKey: st.StoreAccess, BackendSecret: st.StoreSecret, BackendRegion: "us-east-1",
 		LogLevel: logLevel, DBMaxConns: 32, DBQueryTimeout: 10 * time.Second, ProbeBucket: "fencegate-probe",
 		Lease: lease.Config{TTL: 60 * time.Second, RenewEvery: 20 * time.Second, Margin: 10 * time.Second, WaitMax: 10 * time.Second, WaitLimit: 60 * time.Second, DBTimeout: 5 * time.Second,
-			SessionHeartbeat: 2 * time.Second, SessionTimeout: 10 * time.Second, SessionMargin: 2 * time.Second},
-		Reconcile: 20 * time.Second,
-		Lifecycle: defaultLifecycle(),
+			SessionHeartbeat: 2 * time.Second, SessionTimeout: 10 * time.Second, SessionMargin: 2 * time.Second,
+			WaitPoll: lease.DefaultWaitPoll, WaitPollListening: lease.DefaultWaitPollListening},
+		LeaseListen: true,
+		Reconcile:   20 * time.Second,
+		Lifecycle:   defaultLifecycle(),
 	}
 	return runServe(ctx, cfg, func(s3Addr, adminAddr string) {
 		endpoint := "http://" + s3Addr
