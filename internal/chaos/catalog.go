@@ -3,6 +3,7 @@ package chaos
 import (
 	"context"
 	"fmt"
+	"regexp"
 	"strings"
 	"time"
 
@@ -91,6 +92,8 @@ func (c *catalog) generations(ctx context.Context) (map[string][]history.Generat
 	}
 	return m, rows.Err()
 }
+
+var digits = regexp.MustCompile(`[0-9]+`)
 
 type attemptRecord struct {
 	state, reason string
@@ -212,8 +215,10 @@ func (a attemptBegins) any(key, op string, from, to int64) bool {
 	return false
 }
 
+// firstWords is a reason's first n words, numbers as N, so that like
+// reasons count together.
 func firstWords(s string, n int) string {
-	f := strings.Fields(s)
+	f := strings.Fields(digits.ReplaceAllString(s, "N"))
 	if len(f) > n {
 		f = append(f[:n], "...")
 	}
