@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"time"
-
-	"github.com/fencegate/fencegate/meta"
 )
 
 // Divergence kinds an audit reports.
@@ -39,7 +37,7 @@ type Finding struct {
 type Auditor struct {
 	DB interface {
 		LifecycleDriver
-		AttemptByID(ctx context.Context, id string) (meta.Attempt, error)
+		AttemptByID(ctx context.Context, id string) (Attempt, error)
 	}
 	Store     LifecycleStore
 	DBTimeout time.Duration
@@ -91,11 +89,11 @@ func (a Auditor) AuditPage(ctx context.Context, bucket, prefix, after, afterKey 
 			att, err := a.DB.AttemptByID(dctx, obj.AttemptID)
 			cancel()
 			switch {
-			case meta.IsNotFound(err) || err == nil && (att.Bucket != bucket || att.Key != o.Key):
+			case errors.Is(err, ErrNotFound) || err == nil && (att.Bucket != bucket || att.Key != o.Key):
 				f.Kind = UnknownAttempt
 			case err != nil:
 				return nil, after, afterKey, err
-			case att.State == meta.StateUnknown || att.State == meta.StateLeased:
+			case att.State == StateUnknown || att.State == StateLeased:
 				f.Kind = UnknownAttempt
 			}
 		}
@@ -125,7 +123,7 @@ func (a Auditor) ForeignUploads(ctx context.Context, bucket, keyMarker, uploadMa
 	if err != nil {
 		return nil, nil, p, err
 	}
-	attempts := map[string][]meta.UnboundUpload{} // by key, read once per page
+	attempts := map[string][]UploadWithoutID{} // by key, read once per page
 	for _, u := range p.Uploads {
 		dctx, cancel := a.dbctx(ctx)
 		tracked, err := a.DB.UploadTracked(dctx, u.UploadID)
@@ -243,6 +241,6 @@ type auditDB struct {
 	d Driver
 }
 
-func (a auditDB) AttemptByID(ctx context.Context, id string) (meta.Attempt, error) {
+func (a auditDB) AttemptByID(ctx context.Context, id string) (Attempt, error) {
 	return a.d.AttemptByID(ctx, id)
 }

@@ -4,8 +4,6 @@ import (
 	"math/rand/v2"
 	"sync"
 	"time"
-
-	"github.com/fencegate/fencegate/meta"
 )
 
 // Writers that may wait for a key in this gateway queue for it in arrival
@@ -43,7 +41,7 @@ const (
 type keyQueues struct {
 	mu     sync.Mutex
 	queues map[[2]string]*keyQueue
-	byHash map[string][]*keyQueue // by meta.KeyHash of their key
+	byHash map[string][]*keyQueue // by KeyHash of their key
 
 	// The release listener: listening while subscribed; epoch counts its
 	// changes, so a waiter can tell whether it stayed subscribed since.
@@ -72,7 +70,7 @@ func (q *keyQueues) join(key [2]string) *waiter {
 	}
 	kq := q.queues[key]
 	if kq == nil {
-		kq = &keyQueue{hash: meta.KeyHash(key[0], key[1])}
+		kq = &keyQueue{hash: KeyHash(key[0], key[1])}
 		q.queues[key] = kq
 		q.byHash[kq.hash] = append(q.byHash[kq.hash], kq)
 	}

@@ -3,8 +3,6 @@ package lease
 import (
 	"testing"
 	"time"
-
-	"github.com/fencegate/fencegate/meta"
 )
 
 // The queue logic alone (no database): who is woken by what, and how long
@@ -26,10 +24,10 @@ func TestQueueNotificationWakesOnlyThatKeysHead(t *testing.T) {
 	k1, k2 := [2]string{"b", "one"}, [2]string{"b", "two"}
 	h1, w1b := q.join(k1), q.join(k1)
 	h2 := q.join(k2)
-	if q.notified(meta.KeyHash("b", "three")) {
+	if q.notified(KeyHash("b", "three")) {
 		t.Fatal("a notification for a key nobody here waits for matched")
 	}
-	if !q.notified(meta.KeyHash("b", "one")) {
+	if !q.notified(KeyHash("b", "one")) {
 		t.Fatal("the notification for b/one matched no queue")
 	}
 	if got := [3]string{woken(h1), woken(w1b), woken(h2)}; got != [3]string{wokenNotify, "", ""} {
@@ -56,7 +54,7 @@ func TestQueueHandOverAndLeave(t *testing.T) {
 		t.Fatal("the head left: the next waiter is not the head, or was not woken")
 	}
 	q.leave(k, c)
-	if len(q.queues) != 0 || len(q.byHash) != 0 || q.notified(meta.KeyHash("b", "k")) {
+	if len(q.queues) != 0 || len(q.byHash) != 0 || q.notified(KeyHash("b", "k")) {
 		t.Fatalf("the last waiter left: queues %v, by hash %v remain", q.queues, q.byHash)
 	}
 }

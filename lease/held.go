@@ -5,8 +5,6 @@ import (
 	"errors"
 	"sync"
 	"time"
-
-	"github.com/fencegate/fencegate/meta"
 )
 
 // A held lease: renewal and its local deadline, progress reports, and how it
@@ -24,7 +22,7 @@ type Lease struct {
 	req         Request
 	// acquiredState is the key's state read with the lease, for the first
 	// Settle; later ones read it again.
-	acquiredState *meta.KeyState
+	acquiredState *KeyState
 
 	lost     chan struct{}
 	lostOnce sync.Once
@@ -155,22 +153,22 @@ func (l *Lease) Commit(ctx context.Context, landed Landed) (int64, error) {
 	if l.req.UploadAttempt != "" {
 		onBytes = l.req.UploadAttempt
 	}
-	e := meta.Entry{ETag: landed.ETag, Size: landed.Size, Deleted: landed.Deleted,
-		Origin: meta.OriginFencegate, AttemptID: onBytes}
+	e := Entry{ETag: landed.ETag, Size: landed.Size, Deleted: landed.Deleted,
+		Origin: OriginFencegate, AttemptID: onBytes}
 	dctx, cancel := l.m.dbctx(ctx)
 	defer cancel()
-	gen, err := l.m.db.Commit(dctx, meta.CommitParams{
+	gen, err := l.m.db.Commit(dctx, CommitParams{
 		Bucket: l.Bucket, Key: l.Key, Holder: l.AttemptID,
-		Settled: l.AttemptID, SettledState: meta.StateCommitted, Entry: e, Release: true,
+		Settled: l.AttemptID, SettledState: StateCommitted, Entry: e, Release: true,
 	})
 	l.stopRenewing()
 	if err != nil {
 		reason := "commit failed after the store acknowledged: " + err.Error()
-		if errors.Is(err, meta.ErrLeaseLost) {
+		if errors.Is(err, ErrLeaseLost) {
 			reason = "lease lost before the commit; the store acknowledged the write"
 		}
 		l.m.Metrics.Unknown.Inc()
-		l.finish(meta.StateUnknown, reason)
+		l.finish(StateUnknown, reason)
 		return 0, err
 	}
 	l.mu.Lock()
@@ -185,7 +183,7 @@ func (l *Lease) Commit(ctx context.Context, landed Landed) (int64, error) {
 // (proven not written) or unknown (may have landed: kept as a guard).
 func (l *Lease) Finish(state, reason string) {
 	l.stopRenewing()
-	if state == meta.StateUnknown {
+	if state == StateUnknown {
 		l.m.Metrics.Unknown.Inc()
 	}
 	l.finish(state, reason)
@@ -205,7 +203,7 @@ func (l *Lease) finish(state, reason string) {
 	ctx, cancel := l.m.dbctx(context.Background())
 	defer cancel()
 	l.mu.Lock()
-	end := meta.Ending{State: state, Reason: reason, Fence: l.sentWith, Checksum: l.checksum}
+	end := Ending{State: state, Reason: reason, Fence: l.sentWith, Checksum: l.checksum}
 	l.mu.Unlock()
 	_ = l.m.db.Release(ctx, l.Bucket, l.Key, l.AttemptID, end)
 	l.m.queues.released([2]string{l.Bucket, l.Key})
@@ -248,8 +246,8 @@ func (l *Lease) Close(sent bool) {
 		return
 	}
 	if sent {
-		l.Finish(meta.StateUnknown, "the request ended without an answer from the store")
+		l.Finish(StateUnknown, "the request ended without an answer from the store")
 	} else {
-		l.Finish(meta.StateFailed, "nothing was sent to the store")
+		l.Finish(StateFailed, "nothing was sent to the store")
 	}
 }

@@ -9,8 +9,6 @@ import (
 	"context"
 	"errors"
 	"time"
-
-	"github.com/fencegate/fencegate/meta"
 )
 
 // Config tunes leases. TTLs are configuration so tests run in seconds.
@@ -34,7 +32,7 @@ type Config struct {
 	// WaitPollListening is that poll while the release listener is
 	// subscribed (1 s): a release elsewhere wakes the head at once (see
 	// handover.go), so the poll is only a fallback (a holder that died is
-	// tried for when its liveness runs out: meta.Held).
+	// tried for when its liveness runs out: Held).
 	WaitPollListening time.Duration
 	DBTimeout         time.Duration // bound on every database call
 	Gateway           string        // this process's identity, recorded on its attempts and its session
@@ -118,20 +116,20 @@ func (c Config) Validate() error {
 	return nil
 }
 
-// Driver is the SQL the protocol needs (meta.Catalog implements it).
+// Driver is the SQL the protocol needs (Catalog implements it).
 type Driver interface {
 	// Acquire also returns the key's state, read under the new lease; a
-	// *meta.Held error while another holder is live.
-	Acquire(ctx context.Context, p meta.AcquireParams) (*meta.Acquired, error)
+	// *Held error while another holder is live.
+	Acquire(ctx context.Context, p AcquireParams) (*Acquired, error)
 	Renew(ctx context.Context, bucket, key, holder string, ttl time.Duration) (bool, error)
 	// Progress records that holder's write is moving bytes.
 	Progress(ctx context.Context, bucket, key, holder string) error
 	// HolderProgressing: the key's live holder recorded progress within `within`.
 	HolderProgressing(ctx context.Context, bucket, key string, within time.Duration) (bool, error)
-	Release(ctx context.Context, bucket, key, holder string, end meta.Ending) error
-	KeyState(ctx context.Context, bucket, key string) (meta.KeyState, error)
-	Commit(ctx context.Context, p meta.CommitParams) (int64, error)
-	AttemptByID(ctx context.Context, id string) (meta.Attempt, error)
+	Release(ctx context.Context, bucket, key, holder string, end Ending) error
+	KeyState(ctx context.Context, bucket, key string) (KeyState, error)
+	Commit(ctx context.Context, p CommitParams) (int64, error)
+	AttemptByID(ctx context.Context, id string) (Attempt, error)
 	MarkDeadUnknown(ctx context.Context, bucket, key string) error
 	ClaimUnresolved(ctx context.Context, limit int, claimFor time.Duration) ([][2]string, error)
 	NoteTry(ctx context.Context, bucket, key, errText string) error
@@ -212,10 +210,10 @@ func (m *Manager) Acquire(ctx context.Context, req Request) (*Lease, error) {
 		m.Metrics.Refused.WithLabelValues("no_session").Inc()
 		return nil, err
 	}
-	id := meta.NewID()
-	p := meta.AcquireParams{
+	id := NewID()
+	p := AcquireParams{
 		Bucket: req.Bucket, Key: req.Key, NoAttempt: req.settle, TTL: m.cfg.TTL,
-		Attempt: meta.Attempt{ID: id, Op: req.Op, Gateway: m.cfg.Gateway, DeclaredSize: req.DeclaredSize,
+		Attempt: Attempt{ID: id, Op: req.Op, Gateway: m.cfg.Gateway, DeclaredSize: req.DeclaredSize,
 			Checksum: req.Checksum, UploadAttempt: req.UploadAttempt},
 	}
 	start := time.Now()
@@ -256,7 +254,7 @@ func (m *Manager) Acquire(ctx context.Context, req Request) (*Lease, error) {
 		dctx, cancel := m.dbctx(ctx)
 		acq, err := m.db.Acquire(dctx, p)
 		cancel()
-		var held *meta.Held
+		var held *Held
 		if errors.As(err, &held) {
 			err = nil
 		}
@@ -276,7 +274,7 @@ func (m *Manager) Acquire(ctx context.Context, req Request) (*Lease, error) {
 			if !m.sess.hold(l, epoch) {
 				// The session went down while the lease was being taken: the
 				// lease cannot outlive it, so nothing is sent under it.
-				l.Finish(meta.StateFailed, "the gateway's session was lost before anything was sent")
+				l.Finish(StateFailed, "the gateway's session was lost before anything was sent")
 				m.Metrics.Refused.WithLabelValues("no_session").Inc()
 				return nil, ErrNoSession
 			}

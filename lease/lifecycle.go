@@ -7,8 +7,6 @@ import (
 	"log/slog"
 	"sync"
 	"time"
-
-	"github.com/fencegate/fencegate/meta"
 )
 
 // The lifecycle service (docs/DESIGN.md, "The reconciler"): every gateway
@@ -77,7 +75,7 @@ type LifecycleConfig struct {
 	AuditPage        int           // keys per ListObjectsV2 page of the incremental audit (1000)
 	AuditRest        time.Duration // a bucket's audit waits this long between pages (Interval)
 	AuditBuckets     []string      // audit only these buckets (default: every bucket the catalog knows)
-	Retention        meta.Retention
+	Retention        Retention
 	// Kinds run (default: all of Kinds).
 	Kinds []string
 }
@@ -151,12 +149,12 @@ func (c *LifecycleConfig) setDefaults(ttl time.Duration) {
 	}
 }
 
-// LifecycleDriver is the SQL the service needs beyond Driver (meta.Catalog
+// LifecycleDriver is the SQL the service needs beyond Driver (Catalog
 // implements it).
 type LifecycleDriver interface {
-	ClaimAbandonedUploads(ctx context.Context, limit int, idle, claimFor time.Duration) ([]meta.Upload, error)
-	ClaimUnboundUploads(ctx context.Context, limit int, settle, claimFor time.Duration) ([]meta.UnboundUpload, error)
-	UnboundUploads(ctx context.Context, bucket, key string) ([]meta.UnboundUpload, error)
+	ClaimAbandonedUploads(ctx context.Context, limit int, idle, claimFor time.Duration) ([]AbandonedUpload, error)
+	ClaimUnboundUploads(ctx context.Context, limit int, settle, claimFor time.Duration) ([]UploadWithoutID, error)
+	UnboundUploads(ctx context.Context, bucket, key string) ([]UploadWithoutID, error)
 	BoundUploads(ctx context.Context, ids []string) (map[string]bool, error)
 	BindUpload(ctx context.Context, attemptID, uploadID string) (bool, error)
 	UnboundFailed(ctx context.Context, attemptID, reason string) error
@@ -165,14 +163,14 @@ type LifecycleDriver interface {
 	UploadAbortable(ctx context.Context, attemptID string) (bool, error)
 	UploadAborted(ctx context.Context, attemptID, reason string) error
 	RetryLater(ctx context.Context, attemptID string, backoff time.Duration, errText string) error
-	ClaimAuditCursor(ctx context.Context, only []string, claimFor time.Duration) (meta.Cursor, bool, error)
-	AdvanceAuditCursor(ctx context.Context, cur meta.Cursor, roundDone bool, rest time.Duration) error
+	ClaimAuditCursor(ctx context.Context, only []string, claimFor time.Duration) (Cursor, bool, error)
+	AdvanceAuditCursor(ctx context.Context, cur Cursor, roundDone bool, rest time.Duration) error
 	AuditCursorFailed(ctx context.Context, bucket string, backoff time.Duration, errText string) error
-	CatalogRange(ctx context.Context, bucket, prefix, after, upto string) (map[string]meta.Entry, error)
+	CatalogRange(ctx context.Context, bucket, prefix, after, upto string) (map[string]Entry, error)
 	UploadTracked(ctx context.Context, uploadID string) (bool, error)
 	ForeignUploadSeen(ctx context.Context, bucket, key, uploadID string, initiated time.Time, aborted bool) error
-	Prune(ctx context.Context, r meta.Retention, limit int) (meta.Pruned, error)
-	RecordPass(ctx context.Context, p meta.Pass) error
+	Prune(ctx context.Context, r Retention, limit int) (Pruned, error)
+	RecordPass(ctx context.Context, p Pass) error
 }
 
 // Listed is one object of a listing page.
@@ -391,7 +389,7 @@ func (s *Service) runKind(ctx context.Context, kind string) KindResult {
 	kr.Duration = time.Since(start)
 	dctx, cancel := s.m.dbctx(context.WithoutCancel(ctx))
 	defer cancel()
-	if err := s.db.RecordPass(dctx, meta.Pass{Kind: kind, Gateway: s.m.cfg.Gateway, StartedAt: start, Duration: kr.Duration,
+	if err := s.db.RecordPass(dctx, Pass{Kind: kind, Gateway: s.m.cfg.Gateway, StartedAt: start, Duration: kr.Duration,
 		Batches: kr.Batches, Claimed: kr.Counts.Claimed, Completed: kr.Counts.Completed, Retried: kr.Counts.Retried,
 		Skipped: kr.Counts.Skipped, Failed: kr.Counts.Failed}); err != nil && ctx.Err() == nil {
 		s.log.Warn("could not record a reconciler pass", "kind", kind, "err", err)

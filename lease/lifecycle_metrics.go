@@ -5,8 +5,6 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-
-	"github.com/fencegate/fencegate/meta"
 )
 
 // LifecycleMetrics are the service's: items per work kind and outcome,
@@ -48,9 +46,9 @@ func (m *LifecycleMetrics) count(kind string, c Counts) {
 }
 
 // BacklogReader is implemented by drivers that can count the backlog
-// (meta.Catalog).
+// (Catalog).
 type BacklogReader interface {
-	Backlog(ctx context.Context, uploadIdle, createSettle time.Duration) (meta.Backlog, error)
+	Backlog(ctx context.Context, uploadIdle, createSettle time.Duration) (Backlog, error)
 }
 
 func (s *Service) updateGauges(ctx context.Context) {

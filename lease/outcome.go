@@ -1,7 +1,5 @@
 package lease
 
-import "github.com/fencegate/fencegate/meta"
-
 // The write protocol's vocabulary, as the gateway speaks it: a lease ends in
 // Commit(Landed), Fail or Unknown; meta's rows and states stay below lease.
 
@@ -12,20 +10,13 @@ type Landed struct {
 	Deleted bool
 }
 
-// ErrLeaseLost: the lease expired before the commit; the write may have
-// landed and is left unknown for settling.
-var ErrLeaseLost = meta.ErrLeaseLost
-
-// NewID makes an attempt id.
-func NewID() string { return meta.NewID() }
-
 // Fail ends the attempt as proven not written (the store refused it, its body
 // never completed, nothing was sent) and releases the lease.
-func (l *Lease) Fail(reason string) { l.Finish(meta.StateFailed, reason) }
+func (l *Lease) Fail(reason string) { l.Finish(StateFailed, reason) }
 
 // Unknown ends the attempt with an unknown outcome (it may have landed): it
 // stays as a guard until it is settled, and the lease is released.
-func (l *Lease) Unknown(reason string) { l.Finish(meta.StateUnknown, reason) }
+func (l *Lease) Unknown(reason string) { l.Finish(StateUnknown, reason) }
 
 // Upload is a multipart upload's attempt as the gateway needs it at Complete.
 type Upload struct {
@@ -38,12 +29,12 @@ type Upload struct {
 }
 
 // UploadOf reads an upload's attempt row.
-func UploadOf(a meta.Attempt) Upload {
+func UploadOf(a Attempt) Upload {
 	return Upload{AttemptID: a.ID, Bucket: a.Bucket, Key: a.Key, ETag: a.ETag, Generation: a.Generation, state: a.State}
 }
 
 // Published reports an upload whose Complete became a generation (committed,
 // or adopted after an unknown outcome): a repeated Complete gets that answer.
 func (u Upload) Published() bool {
-	return u.state == meta.StateCommitted || u.state == meta.StateAdopted
+	return u.state == StateCommitted || u.state == StateAdopted
 }

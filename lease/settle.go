@@ -5,8 +5,6 @@ import (
 	"fmt"
 	"strings"
 	"time"
-
-	"github.com/fencegate/fencegate/meta"
 )
 
 // Object is what the store holds at a key, as a HEAD shows it.
@@ -60,7 +58,7 @@ func (l *Lease) Resettle(ctx context.Context, store Store) (Fence, error) {
 
 func (l *Lease) settle(ctx context.Context, store Store, mustHead bool) (Fence, error) {
 	m := l.m
-	var ks meta.KeyState
+	var ks KeyState
 	if l.acquiredState != nil {
 		ks, l.acquiredState = *l.acquiredState, nil
 	} else {
@@ -72,7 +70,7 @@ func (l *Lease) settle(ctx context.Context, store Store, mustHead bool) (Fence, 
 			return Fence{}, err
 		}
 	}
-	var unresolved []meta.Attempt
+	var unresolved []Attempt
 	for _, a := range ks.Unresolved {
 		if a.ID != l.AttemptID {
 			unresolved = append(unresolved, a)
@@ -98,7 +96,7 @@ func (l *Lease) settle(ctx context.Context, store Store, mustHead bool) (Fence, 
 		return Fence{}, fmt.Errorf("settle %s/%s: %w", l.Bucket, l.Key, err)
 	}
 	if l.IsLost() {
-		return Fence{}, meta.ErrLeaseLost
+		return Fence{}, ErrLeaseLost
 	}
 	if err := l.record(ctx, e, unresolved, obj); err != nil {
 		return Fence{}, err
@@ -114,7 +112,7 @@ func (l *Lease) settle(ctx context.Context, store Store, mustHead bool) (Fence, 
 	return Fence{}, nil
 }
 
-func fenceOf(e *meta.Entry) Fence {
+func fenceOf(e *Entry) Fence {
 	if e == nil || e.Deleted {
 		return Fence{}
 	}
@@ -122,21 +120,21 @@ func fenceOf(e *meta.Entry) Fence {
 }
 
 // record commits what the HEAD found, if the catalog does not already say it.
-func (l *Lease) record(ctx context.Context, e *meta.Entry, unresolved []meta.Attempt, obj Object) error {
+func (l *Lease) record(ctx context.Context, e *Entry, unresolved []Attempt, obj Object) error {
 	m := l.m
-	p := meta.CommitParams{Bucket: l.Bucket, Key: l.Key, Holder: l.AttemptID}
+	p := CommitParams{Bucket: l.Bucket, Key: l.Key, Holder: l.AttemptID}
 	kind := ""
 	switch {
 	case !obj.Exists && (e == nil || e.Deleted):
 		m.Metrics.Settlements.WithLabelValues("in_sync").Inc()
 		return nil
 	case !obj.Exists:
-		p.Entry = meta.Entry{Deleted: true, Origin: meta.OriginExternal}
+		p.Entry = Entry{Deleted: true, Origin: OriginExternal}
 		kind = "deleted_external"
 		for _, a := range unresolved {
 			if a.Op == "delete" {
-				p.Settled, p.SettledState = a.ID, meta.StateAdopted
-				p.Entry.Origin, p.Entry.AttemptID = meta.OriginAdopted, a.ID
+				p.Settled, p.SettledState = a.ID, StateAdopted
+				p.Entry.Origin, p.Entry.AttemptID = OriginAdopted, a.ID
 				kind = "deleted_adopted"
 				break
 			}
@@ -148,7 +146,7 @@ func (l *Lease) record(ctx context.Context, e *meta.Entry, unresolved []meta.Att
 		m.Metrics.Settlements.WithLabelValues("in_sync").Inc()
 		return nil
 	default:
-		p.Entry = meta.Entry{ETag: obj.ETag, Size: obj.Size, Origin: meta.OriginExternal}
+		p.Entry = Entry{ETag: obj.ETag, Size: obj.Size, Origin: OriginExternal}
 		kind = "external"
 		a, ours := l.attemptOnBytes(ctx, unresolved, obj)
 		try, isTry := uploadTry(a, unresolved)
@@ -158,14 +156,14 @@ func (l *Lease) record(ctx context.Context, e *meta.Entry, unresolved []meta.Att
 			// tries whose outcome was unknown (an upload completes once, so
 			// which try does not matter): that try is adopted, and the commit
 			// marks the upload published.
-			p.Settled, p.SettledState = try.ID, meta.StateAdopted
-			p.Entry.Origin, p.Entry.AttemptID = meta.OriginAdopted, a.ID
+			p.Settled, p.SettledState = try.ID, StateAdopted
+			p.Entry.Origin, p.Entry.AttemptID = OriginAdopted, a.ID
 			kind = "adopted"
 		case ours && adoptable(a, obj):
-			p.Settled, p.SettledState = a.ID, meta.StateAdopted
-			p.Entry.Origin, p.Entry.AttemptID = meta.OriginAdopted, a.ID
+			p.Settled, p.SettledState = a.ID, StateAdopted
+			p.Entry.Origin, p.Entry.AttemptID = OriginAdopted, a.ID
 			kind = "adopted"
-		case ours && (a.State == meta.StateCommitted || a.State == meta.StateAdopted || a.Op == "multipart"):
+		case ours && (a.State == StateCommitted || a.State == StateAdopted || a.Op == "multipart"):
 			// An earlier generation's bytes, current again (a versioned
 			// bucket's newer version was deleted), or an upload of fencegate's
 			// completed straight at the store: found, not written now, but
@@ -185,9 +183,9 @@ func (l *Lease) record(ctx context.Context, e *meta.Entry, unresolved []meta.Att
 // attemptOnBytes finds this key's attempt whose id the bytes carry: among the
 // unresolved ones, or any other (one lookup), so that record can tell a landing
 // to adopt from an earlier generation's bytes and from foreign ones.
-func (l *Lease) attemptOnBytes(ctx context.Context, unresolved []meta.Attempt, obj Object) (meta.Attempt, bool) {
+func (l *Lease) attemptOnBytes(ctx context.Context, unresolved []Attempt, obj Object) (Attempt, bool) {
 	if obj.AttemptID == "" {
-		return meta.Attempt{}, false
+		return Attempt{}, false
 	}
 	for _, u := range unresolved {
 		if u.ID == obj.AttemptID {
@@ -198,32 +196,32 @@ func (l *Lease) attemptOnBytes(ctx context.Context, unresolved []meta.Attempt, o
 	defer cancel()
 	a, err := l.m.db.AttemptByID(dctx, obj.AttemptID)
 	if err != nil || a.Bucket != l.Bucket || a.Key != l.Key {
-		return meta.Attempt{}, false
+		return Attempt{}, false
 	}
 	return a, true
 }
 
 // uploadTry finds, for bytes that carry a multipart upload's attempt id, an
 // unresolved Complete try of that upload.
-func uploadTry(upload meta.Attempt, unresolved []meta.Attempt) (meta.Attempt, bool) {
+func uploadTry(upload Attempt, unresolved []Attempt) (Attempt, bool) {
 	if upload.Op != "multipart" {
-		return meta.Attempt{}, false
+		return Attempt{}, false
 	}
 	for _, t := range unresolved {
 		if t.UploadAttempt == upload.ID {
 			return t, true
 		}
 	}
-	return meta.Attempt{}, false
+	return Attempt{}, false
 }
 
 // adoptable reports a landing to adopt: an unresolved attempt, or one already
 // retired as failed (the documented ETag limit, or a fence that reopened):
 // bytes never lie about who wrote them. They must be what it declared: its
 // size, and its checksum when both it and the store know one.
-func adoptable(a meta.Attempt, obj Object) bool {
-	unresolved := a.State == meta.StateUnknown || a.State == meta.StateLeased
-	if !unresolved && a.State != meta.StateFailed {
+func adoptable(a Attempt, obj Object) bool {
+	unresolved := a.State == StateUnknown || a.State == StateLeased
+	if !unresolved && a.State != StateFailed {
 		return false
 	}
 	if a.Op == "delete" || a.Op == "multipart" || a.DeclaredSize >= 0 && a.DeclaredSize != obj.Size {

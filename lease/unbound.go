@@ -5,8 +5,6 @@ import (
 	"fmt"
 	"sort"
 	"time"
-
-	"github.com/fencegate/fencegate/meta"
 )
 
 // CreateSlack widens a Create's window (its attempt's row written before the
@@ -18,7 +16,7 @@ const CreateSlack = 5 * time.Second
 
 // mayHaveCreated reports whether an upload initiated at `at` can be the one
 // a's Create made.
-func mayHaveCreated(a meta.UnboundUpload, at time.Time) bool {
+func mayHaveCreated(a UploadWithoutID, at time.Time) bool {
 	return !at.IsZero() && !at.Before(a.CreatedAt.Add(-CreateSlack)) && !at.After(a.WindowEnd.Add(CreateSlack))
 }
 
@@ -39,7 +37,7 @@ func (s *Service) bindBatch(ctx context.Context, deadline time.Time) (Counts, bo
 		return c, false, err
 	}
 	c.Claimed = len(atts)
-	var keys [][]meta.UnboundUpload
+	var keys [][]UploadWithoutID
 	at := map[[2]string]int{}
 	for _, a := range atts {
 		k := [2]string{a.Bucket, a.Key}
@@ -74,7 +72,7 @@ func (s *Service) bindBatch(ctx context.Context, deadline time.Time) (Counts, bo
 // the greedy order that binds as many attempts as the windows allow, and,
 // for attempts of one key made one after another, the oldest attempt the
 // oldest upload.
-func (s *Service) bindKey(ctx context.Context, atts []meta.UnboundUpload) Counts {
+func (s *Service) bindKey(ctx context.Context, atts []UploadWithoutID) Counts {
 	var c Counts
 	ictx, cancel := context.WithTimeout(ctx, itemBudget)
 	defer cancel()
@@ -127,7 +125,7 @@ func (s *Service) bindKey(ctx context.Context, atts []meta.UnboundUpload) Counts
 	return c
 }
 
-func (s *Service) bindAttempt(ctx context.Context, a meta.UnboundUpload, free *[]StoreUpload) Counts {
+func (s *Service) bindAttempt(ctx context.Context, a UploadWithoutID, free *[]StoreUpload) Counts {
 	for i, u := range *free {
 		if !mayHaveCreated(a, u.Initiated) {
 			continue

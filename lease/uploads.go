@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"time"
-
-	"github.com/fencegate/fencegate/meta"
 )
 
 // uploadsBatch first binds multipart attempts whose Create left no upload id
@@ -74,7 +72,7 @@ func (s *Service) dbDo(ctx context.Context, fn func(context.Context) error) erro
 	return fn(dctx)
 }
 
-func (s *Service) retryUpload(ctx context.Context, u meta.Upload, err error) outcome {
+func (s *Service) retryUpload(ctx context.Context, u AbandonedUpload, err error) outcome {
 	s.log.Warn("abandoned upload: store failure; it stays claimed and is tried again", "bucket", u.Bucket, "key", u.Key,
 		"upload_id", u.UploadID, "tries", u.Tries, "err", err)
 	if s.dbDo(ctx, func(dctx context.Context) error {
@@ -85,7 +83,7 @@ func (s *Service) retryUpload(ctx context.Context, u meta.Upload, err error) out
 	return outcomeRetry
 }
 
-func (s *Service) cleanUpload(ctx context.Context, u meta.Upload) outcome {
+func (s *Service) cleanUpload(ctx context.Context, u AbandonedUpload) outcome {
 	ictx, cancel := context.WithTimeout(ctx, itemBudget)
 	defer cancel()
 	last, err := s.store.LastPart(ictx, u.Bucket, u.Key, u.UploadID)

@@ -2,84 +2,16 @@ package meta
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/fencegate/fencegate/lease"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
-
-// Attempt states (see migrations/0002_write_protocol.sql for their meaning).
-const (
-	StateLeased    = "leased"
-	StateOpen      = "open"
-	StateCommitted = "committed"
-	StateAdopted   = "adopted"
-	StateUnknown   = "unknown"
-	StateFailed    = "failed"
-	StateAborted   = "aborted"
-)
-
-// Generation origins.
-const (
-	OriginFencegate = "fencegate"
-	OriginAdopted   = "adopted"
-	OriginExternal  = "external"
-)
-
-// ErrLeaseLost: the caller's lease expired or was taken over; nothing was
-// committed.
-var ErrLeaseLost = errors.New("lease lost")
-
-// NewID is a random UUID (version 4), the form of attempt ids.
-func NewID() string {
-	var b [16]byte
-	if _, err := rand.Read(b[:]); err != nil {
-		panic(err)
-	}
-	b[6] = b[6]&0x0f | 0x40
-	b[8] = b[8]&0x3f | 0x80
-	h := hex.EncodeToString(b[:])
-	return h[0:8] + "-" + h[8:12] + "-" + h[12:16] + "-" + h[16:20] + "-" + h[20:32]
-}
-
-// Attempt is one write or multipart upload.
-type Attempt struct {
-	ID           string
-	Bucket, Key  string
-	Op           string
-	State        string
-	Gateway      string
-	DeclaredSize int64 // -1: not known
-	Checksum     string
-	UploadID     string
-	// UploadAttempt is a Complete try's multipart upload (its attempt id).
-	UploadAttempt string
-	Generation    int64
-	ETag          string
-}
-
-// Entry is a key's catalog row: what it resolves to now.
-type Entry struct {
-	Generation  int64
-	ETag        string
-	Size        int64
-	AttemptID   string
-	Deleted     bool
-	Origin      string
-	CommittedAt time.Time
-}
-
-// KeyState is what a writer needs to settle a key before writing it.
-type KeyState struct {
-	Entry          *Entry    // nil: the catalog has never seen the key
-	Unresolved     []Attempt // unknown attempts, and leased ones whose holder lost the lease
-	BucketComplete bool
-}
 
 // Catalog holds every query of the write protocol. Each method is one short
 // transaction; none waits on storage I/O.
@@ -88,45 +20,6 @@ type Catalog struct {
 
 	notifyOnce sync.Once
 	notifier   *outboxNotifier
-}
-
-// AcquireParams describes a lease request and the attempt it records.
-type AcquireParams struct {
-	Bucket, Key string
-	Attempt     Attempt // ID set: a new attempt, recorded as leased
-	// NoAttempt: the holder is a settler (the reconciler), not a write.
-	NoAttempt bool
-	TTL       time.Duration
-	// Session is the holder's gateway session ("": none, the lease lives on
-	// its own expiry alone).
-	Session string
-	// Wait: the writer waits if the key is held, so a refused acquire marks
-	// the key's lease row with Attempt.Gateway and the row's release
-	// notifies that gateway's listener (ListenReleases) unless the holder
-	// is of the same gateway (migrations/0008_release_wakeups.sql).
-	Wait bool
-}
-
-// Held is Acquire's error while another holder is live: nothing was taken
-// (only a waiter's mark written, see AcquireParams.Wait).
-type Held struct {
-	// LiveFor is how long the holder stays live at most, on the database
-	// clock, unless it renews its lease or its session heartbeats: the
-	// earlier of its lease's and its session's expiry.
-	LiveFor time.Duration
-}
-
-func (h *Held) Error() string {
-	return fmt.Sprintf("the key is held by a live writer (live for at most %s more)", h.LiveFor)
-}
-
-// Acquired is a lease taken: the key's state read under it and, when it was
-// taken from a holder whose session was dead, how long that session had been
-// silent (since its last heartbeat or its end) on the database clock.
-type Acquired struct {
-	State               *KeyState
-	TookOverDeadSession bool
-	DeadSessionFor      time.Duration
 }
 
 // Acquire takes the key's lease for p.Attempt if it is free or its holder is
@@ -186,16 +79,6 @@ func (c *Catalog) Renew(ctx context.Context, bucket, key, holder string, ttl tim
 		return false, err
 	}
 	return tag.RowsAffected() == 1, nil
-}
-
-// Ending is how a lease holder's attempt ended, recorded when it releases.
-type Ending struct {
-	State, Reason string
-	// Fence is the condition the try was sent with ('*', an ETag, or '' for
-	// none of fencegate's); nil: nothing was sent, or not known.
-	Fence *string
-	// Checksum is the body's checksum as sent ("crc32:<base64>"), "" if none.
-	Checksum string
 }
 
 // Progress records that holder's write is moving bytes, if it still holds
@@ -314,7 +197,7 @@ func (c *Catalog) AttemptByID(ctx context.Context, id string) (Attempt, error) {
 		return Attempt{}, err
 	}
 	if len(as) == 0 {
-		return Attempt{}, pgx.ErrNoRows
+		return Attempt{}, errNoAttempt
 	}
 	return as[0], nil
 }
@@ -331,20 +214,6 @@ func derefSize(n *int64) int64 {
 		return -1
 	}
 	return *n
-}
-
-// CommitParams records a generation under the caller's lease.
-type CommitParams struct {
-	Bucket, Key string
-	Holder      string // the lease holder (an attempt id)
-	// Settled is the attempt this generation settles and the state it moves to:
-	// the holder itself (committed) or an unknown attempt found at the key
-	// (adopted). Empty for an external generation.
-	Settled      string
-	SettledState string
-	Entry        Entry // ETag, Size, AttemptID (on the bytes), Deleted, Origin
-	// Release frees the lease in the same transaction (a writer's own commit).
-	Release bool
 }
 
 // Commit is the verified, locked commit (W5): it locks the key's lease row (the
@@ -408,7 +277,7 @@ func (c *Catalog) AttemptByUpload(ctx context.Context, uploadID string) (Attempt
 		return Attempt{}, err
 	}
 	if len(as) == 0 {
-		return Attempt{}, pgx.ErrNoRows
+		return Attempt{}, errNoAttempt
 	}
 	return as[0], nil
 }
@@ -480,3 +349,7 @@ func (c *Catalog) MarkDeadUnknown(ctx context.Context, bucket, key string) error
 		bucket, key)
 	return err
 }
+
+// errNoAttempt is a lookup that found no attempt: lease.ErrNotFound to the
+// protocol, pgx.ErrNoRows to IsNotFound.
+var errNoAttempt = fmt.Errorf("%w: %w", lease.ErrNotFound, pgx.ErrNoRows)

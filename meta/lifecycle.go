@@ -14,13 +14,6 @@ import (
 // the oldest (least recently tried) rows first, and skips rows another
 // reconciler has locked.
 
-// Upload is a multipart upload fencegate created, claimed for clean-up.
-type Upload struct {
-	AttemptID, Bucket, Key, UploadID string
-	CreatedAt                        time.Time
-	Tries                            int
-}
-
 // ClaimAbandonedUploads claims up to limit open multipart uploads created
 // through fencegate whose creation and last recorded activity are older than
 // idle, and none of whose Complete tries is leased or unknown.
@@ -45,21 +38,6 @@ func (c *Catalog) ClaimAbandonedUploads(ctx context.Context, limit int, idle, cl
 		err := r.Scan(&u.AttemptID, &u.Bucket, &u.Key, &u.UploadID, &u.CreatedAt, &u.Tries)
 		return u, err
 	})
-}
-
-// UnboundUpload is a multipart attempt whose CreateMultipartUpload left no
-// upload id in the catalog: its outcome unknown (state unknown: no answer, a
-// 5xx), or its answer came and recording the id failed (state open without
-// an upload id; a Create still in flight looks the same).
-type UnboundUpload struct {
-	AttemptID, Bucket, Key, State string
-	// CreatedAt to WindowEnd (PostgreSQL's clock) is when the store can have
-	// created its upload: the attempt's row is written before the request is
-	// sent, and an unknown outcome recorded after the request ended; an open
-	// attempt's window runs to now.
-	CreatedAt, WindowEnd time.Time
-	Age                  time.Duration // since CreatedAt, on PostgreSQL's clock
-	Tries                int
 }
 
 const unboundColumns = `a.attempt_id::text, a.bucket, a.key, a.state, a.created_at,
@@ -206,13 +184,6 @@ func (c *Catalog) RetryLater(ctx context.Context, attemptID string, backoff time
 	return err
 }
 
-// Cursor is a bucket's incremental audit position, claimed.
-type Cursor struct {
-	Bucket, Marker, AfterKey string
-	UploadKey, UploadID      string
-	Rounds, Tries            int
-}
-
 // ClaimAuditCursor claims the bucket whose audit is least recently advanced
 // (every bucket the catalog knows gets a cursor), among only (if not empty),
 // or returns false.
@@ -298,14 +269,6 @@ func (c *Catalog) ForeignUploadSeen(ctx context.Context, bucket, key, uploadID s
 	return err
 }
 
-// Retention says how long settled rows are kept; zero keeps them forever.
-type Retention struct {
-	Attempts, Outbox, Leases time.Duration
-}
-
-// Pruned counts one pruning batch.
-type Pruned struct{ Attempts, Outbox, Leases int }
-
 // Prune deletes at most limit rows of each kind that retention allows:
 // attempts settled (committed, adopted, failed, aborted) longer ago than
 // r.Attempts that no catalog row and no unresolved Complete try points at;
@@ -355,14 +318,6 @@ func (c *Catalog) Prune(ctx context.Context, r Retention, limit int) (Pruned, er
 		}
 	}
 	return p, nil
-}
-
-// Pass is one work kind's pass, as fencegate status reports it.
-type Pass struct {
-	Kind, Gateway                                         string
-	StartedAt                                             time.Time
-	Duration                                              time.Duration
-	Batches, Claimed, Completed, Retried, Skipped, Failed int
 }
 
 // RecordPass stores a work kind's last pass for this gateway.

@@ -8,21 +8,6 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
-// Backlog is what waits for the reconciler, and the ages operators watch.
-type Backlog struct {
-	Unresolved       int // unknown attempts and leased ones whose holder is gone
-	AbandonedUploads int // open uploads fencegate created, idle past the abandoned age
-	AuditBuckets     int // buckets with an audit cursor
-	// UnboundUploads: multipart attempts whose Create left no upload id
-	// (unknown, or open without one) past the settle delay, for the uploads
-	// kind to bind to the store's upload or mark failed.
-	UnboundUploads int
-	// OldestUnknown is the age of the oldest unknown guard (0: none);
-	// OldestAbandoned that of the oldest abandoned upload, since it became
-	// abandoned (0: none).
-	OldestUnknown, OldestAbandoned time.Duration
-}
-
 // Backlog counts the reconciler's backlog; uploadIdle is the abandoned age,
 // createSettle the delay before an unrecorded Create's upload is looked for.
 func (c *Catalog) Backlog(ctx context.Context, uploadIdle, createSettle time.Duration) (Backlog, error) {

@@ -2,8 +2,6 @@ package meta
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"math/rand/v2"
 	"time"
 
@@ -14,16 +12,6 @@ import (
 // writer of another gateway waits for it (migrations/0008_release_wakeups.sql):
 // NOTIFY inside the releasing transaction, payload KeyHash(bucket, key).
 const ReleaseChannel = "fencegate_lease_released"
-
-// KeyHash is a key's release notification payload: the first 16 hex digits
-// of the SHA-256 of bucket/key (fencegate_key_hash in SQL). Bucket names
-// contain no '/', so distinct keys have distinct inputs; 64 bits make a
-// collision (a waiter woken for nothing, which then asks once and waits on)
-// negligible.
-func KeyHash(bucket, key string) string {
-	sum := sha256.Sum256([]byte(bucket + "/" + key))
-	return hex.EncodeToString(sum[:8])
-}
 
 // The release listener's timings. A listener that hears nothing for
 // listenIdle pings its connection, so a silently dead one (a partition, a
