@@ -109,17 +109,7 @@ func (c *Campaign) logf(format string, args ...any) {
 }
 
 // pickGateway is a random gateway that is up (-1, "" if none is).
-func (c *Campaign) pickGateway(rng *rand.Rand) (int, string) {
-	n := len(c.stack.gateways)
-	first := rng.IntN(n)
-	for i := range n {
-		gi := (first + i) % n
-		if u := c.stack.gateways[gi].URL(); u != "" {
-			return gi, u
-		}
-	}
-	return -1, ""
-}
+func (c *Campaign) pickGateway(rng *rand.Rand) (int, string) { return c.pickGatewayExcept(rng, -1) }
 
 // pickGatewayExcept is a random gateway other than except that is up.
 func (c *Campaign) pickGatewayExcept(rng *rand.Rand, except int) (int, string) {
