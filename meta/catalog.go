@@ -17,6 +17,11 @@ import (
 // transaction; none waits on storage I/O.
 type Catalog struct {
 	Pool *pgxpool.Pool
+	// SingleCalls sends each Acquire and Commit in a transaction of its own
+	// instead of batching concurrent ones (batch.go): for measurements.
+	SingleCalls bool
+
+	writes writeBatcher
 
 	notifyOnce sync.Once
 	notifier   *outboxNotifier
@@ -36,16 +41,18 @@ func (c *Catalog) Acquire(ctx context.Context, p AcquireParams) (*Acquired, erro
 	a := p.Attempt
 	var ok bool
 	var deadFor, liveFor *float64
+	var ks *KeyState
 	// The key's state rides in the same round trip, read after the lease row
 	// is locked: the writer settles from it (KeyState).
-	b := &pgx.Batch{}
-	b.Queue(`SELECT acquired, dead_session_for, holder_live_for FROM fencegate_acquire($1, $2, $3, $4::interval, $5, $6, $7, $8, $9, $10, $11, $12)`,
-		p.Bucket, p.Key, a.ID, p.TTL.String(), mode, a.Op, a.Gateway, nullSize(a.DeclaredSize), a.Checksum, nullID(a.UploadAttempt),
-		nullID(p.Session), p.Wait).
-		QueryRow(func(row pgx.Row) error { return row.Scan(&ok, &deadFor, &liveFor) })
-	ks := &KeyState{}
-	queueKeyState(b, p.Bucket, p.Key, ks)
-	if err := c.Pool.SendBatch(ctx, b).Close(); err != nil {
+	err := c.call(ctx, &batchedCall{bucket: p.Bucket, key: p.Key, queue: func(b *pgx.Batch) {
+		ok, deadFor, liveFor, ks = false, nil, nil, &KeyState{}
+		b.Queue(`SELECT acquired, dead_session_for, holder_live_for FROM fencegate_acquire($1, $2, $3, $4::interval, $5, $6, $7, $8, $9, $10, $11, $12)`,
+			p.Bucket, p.Key, a.ID, p.TTL.String(), mode, a.Op, a.Gateway, nullSize(a.DeclaredSize), a.Checksum, nullID(a.UploadAttempt),
+			nullID(p.Session), p.Wait).
+			QueryRow(func(row pgx.Row) error { return row.Scan(&ok, &deadFor, &liveFor) })
+		queueKeyState(b, p.Bucket, p.Key, ks)
+	}})
+	if err != nil {
 		return nil, err
 	}
 	if !ok {
@@ -226,10 +233,12 @@ func derefSize(n *int64) int64 {
 func (c *Catalog) Commit(ctx context.Context, p CommitParams) (int64, error) {
 	var gen *int64
 	e := p.Entry
-	// One statement in its own implicit transaction: one round trip.
-	err := c.Pool.QueryRow(ctx, `SELECT fencegate_commit($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)`,
-		p.Bucket, p.Key, p.Holder, nullID(p.Settled), p.SettledState, e.ETag, nullSize(e.Size), nullID(e.AttemptID),
-		e.Deleted, e.Origin, p.Release).Scan(&gen)
+	err := c.call(ctx, &batchedCall{bucket: p.Bucket, key: p.Key, commit: true, queue: func(b *pgx.Batch) {
+		gen = nil
+		b.Queue(`SELECT fencegate_commit($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)`,
+			p.Bucket, p.Key, p.Holder, nullID(p.Settled), p.SettledState, e.ETag, nullSize(e.Size), nullID(e.AttemptID),
+			e.Deleted, e.Origin, p.Release).QueryRow(func(row pgx.Row) error { return row.Scan(&gen) })
+	}})
 	if err != nil {
 		return 0, err
 	}

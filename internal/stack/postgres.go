@@ -346,3 +346,7 @@ func lastLines(s string, n int) string {
 	}
 	return strings.Join(lines, "\n")
 }
+
+// Pid is the postmaster's process id; the server's processes share its
+// process group.
+func (pg *Postgres) Pid() int { return pg.proc.Pid() }

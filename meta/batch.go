@@ -1,0 +1,196 @@
+package meta
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// Group commit for the write protocol's two durable calls, Acquire and
+// Commit. A call goes to PostgreSQL at once when none of this catalog's is in
+// flight; calls that come while one is in flight wait, and go together in
+// the next round trip, in one transaction (one WAL flush, one commit
+// record). A lone writer waits for nothing; under load, one transaction
+// carries many writers' calls: measured with 32 writers on their own keys
+// (meta/cost_measure_test.go), PostgreSQL CPU per write fell from 2.4 ms to
+// 0.7 ms.
+//
+// A batch's calls share a transaction, so:
+//   - they lock lease rows in one total order, (bucket, key) and on one key
+//     a commit before an acquire, so two gateways' batches never deadlock on
+//     each other;
+//   - an error PostgreSQL reports rolls the whole batch back; then each call
+//     is sent again on its own, so one bad call fails alone. A lost
+//     connection fails them all, as it would have failed each alone (a
+//     commit's outcome is then unknown, as before);
+//   - a call whose context ended before its batch was sent is not sent; once
+//     sent, its caller waits for the answer (bounded by the batch's deadline,
+//     the latest of its calls'), so no lease is taken that nobody holds.
+
+// maxBatch bounds the calls in one round trip.
+const maxBatch = 64
+
+// defaultCallTimeout bounds a batch whose calls have no deadline.
+const defaultCallTimeout = 5 * time.Second
+
+// batchedCall is one Acquire or Commit waiting for, or in, a batch.
+type batchedCall struct {
+	ctx         context.Context
+	bucket, key string
+	commit      bool // a commit: before an acquire of the same key
+	// queue adds the call's statements to b; their callbacks fill its
+	// results, which queue resets first (a batch may be sent again).
+	queue func(b *pgx.Batch)
+	err   error
+	done  chan struct{}
+	lead  chan struct{} // this call's caller sends the next batch
+}
+
+// writeBatcher is a catalog's queue of calls for the next batch.
+type writeBatcher struct {
+	mu      sync.Mutex
+	sending bool // a batch is in flight; its sender passes the lead on
+	queued  []*batchedCall
+
+	// Counters, for tests and measurements.
+	calls, batches, resent int64
+	// beforeSend, if set, is called with each batch's size before it is
+	// sent (a test hook; it may block to hold the batch).
+	beforeSend func(n int)
+}
+
+// BatchStats reports how many calls went to PostgreSQL in how many batches,
+// and how many were sent again alone after their batch failed.
+func (c *Catalog) BatchStats() (calls, batches, resent int64) {
+	c.writes.mu.Lock()
+	defer c.writes.mu.Unlock()
+	return c.writes.calls, c.writes.batches, c.writes.resent
+}
+
+// call runs one Acquire or Commit in the next batch and waits for its end.
+func (c *Catalog) call(ctx context.Context, bc *batchedCall) error {
+	if c.SingleCalls {
+		b := &pgx.Batch{}
+		bc.queue(b)
+		return c.Pool.SendBatch(ctx, b).Close()
+	}
+	bc.ctx, bc.done, bc.lead = ctx, make(chan struct{}), make(chan struct{}, 1)
+	w := &c.writes
+	w.mu.Lock()
+	w.queued = append(w.queued, bc)
+	lead := !w.sending
+	w.sending = true
+	w.mu.Unlock()
+	if !lead {
+		select {
+		case <-bc.done:
+			return bc.err
+		case <-bc.lead:
+		}
+	}
+	c.sendQueued()
+	<-bc.done
+	return bc.err
+}
+
+// sendQueued sends the first maxBatch queued calls as one batch, then hands
+// the lead to the first call still queued, if any.
+func (c *Catalog) sendQueued() {
+	w := &c.writes
+	w.mu.Lock()
+	n := min(len(w.queued), maxBatch)
+	batch := slices.Clone(w.queued[:n])
+	w.queued = slices.Delete(w.queued, 0, n)
+	hook := w.beforeSend
+	w.mu.Unlock()
+	if hook != nil {
+		hook(n)
+	}
+	c.sendBatch(batch)
+	w.mu.Lock()
+	if len(w.queued) == 0 {
+		w.sending = false
+	} else {
+		w.queued[0].lead <- struct{}{}
+	}
+	w.mu.Unlock()
+}
+
+func (c *Catalog) sendBatch(calls []*batchedCall) {
+	defer func() {
+		for _, bc := range calls {
+			close(bc.done)
+		}
+	}()
+	var live []*batchedCall
+	var deadline time.Time
+	for _, bc := range calls {
+		if err := bc.ctx.Err(); err != nil {
+			bc.err = err // never sent
+			continue
+		}
+		d, ok := bc.ctx.Deadline()
+		if !ok {
+			d = time.Now().Add(defaultCallTimeout)
+		}
+		if d.After(deadline) {
+			deadline = d
+		}
+		live = append(live, bc)
+	}
+	if len(live) == 0 {
+		return
+	}
+	slices.SortStableFunc(live, func(a, b *batchedCall) int {
+		return cmp.Or(cmp.Compare(a.bucket, b.bucket), cmp.Compare(a.key, b.key), -cmpBool(a.commit, b.commit))
+	})
+	ctx, cancel := context.WithDeadline(context.Background(), deadline)
+	defer cancel()
+	b := &pgx.Batch{}
+	for _, bc := range live {
+		bc.queue(b)
+	}
+	err := c.Pool.SendBatch(ctx, b).Close()
+	c.writes.mu.Lock()
+	c.writes.calls += int64(len(live))
+	c.writes.batches++
+	var pgErr *pgconn.PgError
+	resend := err != nil && len(live) > 1 && errors.As(err, &pgErr)
+	if resend {
+		c.writes.resent += int64(len(live))
+	}
+	c.writes.mu.Unlock()
+	if !resend {
+		for _, bc := range live {
+			bc.err = err
+		}
+		return
+	}
+	// PostgreSQL refused a statement and rolled the batch back: nothing of
+	// it was written, so each call goes again on its own.
+	for _, bc := range live {
+		if bc.err = bc.ctx.Err(); bc.err != nil {
+			continue
+		}
+		one := &pgx.Batch{}
+		bc.queue(one)
+		bc.err = c.Pool.SendBatch(bc.ctx, one).Close()
+	}
+}
+
+func cmpBool(a, b bool) int {
+	switch {
+	case a == b:
+		return 0
+	case a:
+		return 1
+	default:
+		return -1
+	}
+}

@@ -1,0 +1,151 @@
+package meta
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/fencegate/fencegate/internal/stack"
+	"github.com/fencegate/fencegate/lease"
+)
+
+// A measurement, not a check (FENCEGATE_MEASURE_COMMITS=1 runs it): the
+// PostgreSQL CPU and write transactions one write's acquire and commit cost,
+// on a durable cluster of its own, with 32 writers on their own keys.
+func TestMeasureCommitCost(t *testing.T) {
+	if os.Getenv("FENCEGATE_MEASURE_COMMITS") == "" {
+		t.Skip("a measurement: set FENCEGATE_MEASURE_COMMITS=1")
+	}
+	ctx := context.Background()
+	dir, err := os.MkdirTemp("", "measure-commits")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer os.RemoveAll(dir)
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	pg, err := stack.StartPostgres(ctx, dir+"/pg", 0, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pg.Stop()
+	pool, err := Open(ctx, pg.URL("postgres"), PoolConfig{MaxConns: 40})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	if _, err := Migrate(ctx, pool); err != nil {
+		t.Fatal(err)
+	}
+	c := &Catalog{Pool: pool}
+	if v := os.Getenv("FENCEGATE_MEASURE_SET"); v != "" {
+		for _, set := range strings.Split(v, ";") {
+			if _, err := pool.Exec(ctx, "ALTER SYSTEM SET "+set); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if _, err := pool.Exec(ctx, "SELECT pg_reload_conf()"); err != nil {
+			t.Fatal(err)
+		}
+		pool.Reset()
+	}
+	sid, err := c.OpenSession(ctx, "measure", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dur := 5 * time.Second
+	if d, err := time.ParseDuration(os.Getenv("FENCEGATE_MEASURE_FOR")); err == nil {
+		dur = d
+	}
+	for _, run := range []struct {
+		single  bool
+		workers int
+	}{{true, 1}, {false, 1}, {true, 32}, {false, 32}, {true, 32}, {false, 32}} {
+		c.SingleCalls = run.single
+		workers := run.workers
+		calls0, batches0, _ := c.BatchStats()
+		var n atomic.Int64
+		cpu0, tx0 := groupCPU(pg.Pid()), xmax(t, c)
+		stop := time.Now().Add(dur)
+		var wg sync.WaitGroup
+		for w := range workers {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for i := 0; time.Now().Before(stop); i++ {
+					id := lease.NewID()
+					key := fmt.Sprintf("k%d", w)
+					if _, err := c.Acquire(ctx, AcquireParams{Bucket: "b", Key: key, TTL: time.Minute, Session: sid,
+						Attempt: Attempt{ID: id, Op: "put", Gateway: "measure", DeclaredSize: 65536}}); err != nil {
+						t.Error(err)
+						return
+					}
+					if _, err := c.Commit(ctx, CommitParams{Bucket: "b", Key: key, Holder: id, Settled: id, SettledState: StateCommitted,
+						Entry: Entry{ETag: `"e"`, Size: 65536, Origin: OriginFencegate, AttemptID: id}, Release: true}); err != nil {
+						t.Error(err)
+						return
+					}
+					n.Add(1)
+				}
+			}()
+		}
+		wg.Wait()
+		time.Sleep(200 * time.Millisecond) // the outbox wake-ups
+		ops := float64(n.Load())
+		cpu := groupCPU(pg.Pid()) - cpu0
+		calls, batches, _ := c.BatchStats()
+		mode := "each call alone"
+		if !c.SingleCalls {
+			mode = fmt.Sprintf("batched (%.1f calls/batch)", float64(calls-calls0)/float64(max(1, batches-batches0)))
+		}
+		t.Logf("%2d writers, %s: %.0f writes/s, PostgreSQL CPU %.3f ms/write, write transactions %.2f/write",
+			workers, mode, ops/dur.Seconds(), 1000*cpu/ops, float64(xmax(t, c)-tx0)/ops)
+	}
+}
+
+func xmax(t *testing.T, c *Catalog) int64 {
+	var n int64
+	if err := c.Pool.QueryRow(context.Background(), `SELECT pg_snapshot_xmax(pg_current_snapshot())::text::bigint`).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// groupCPU is the CPU seconds of the postmaster pgid and its children.
+func groupCPU(pgid int) float64 {
+	ents, _ := os.ReadDir("/proc")
+	var ticks int64
+	for _, e := range ents {
+		b, err := os.ReadFile("/proc/" + e.Name() + "/stat")
+		if err != nil {
+			continue
+		}
+		s := string(b)
+		f := strings.Fields(s[strings.LastIndexByte(s, ')')+2:])
+		// Backends and PostgreSQL's own processes are the postmaster's
+		// children, each in a process group of its own (they call setsid).
+		g, _ := strconv.Atoi(f[2])
+		if pp, _ := strconv.Atoi(f[1]); g != pgid && pp != pgid {
+			continue
+		}
+		fields := []int{11, 12, 13, 14}
+		switch os.Getenv("FENCEGATE_MEASURE_CPU") {
+		case "user":
+			fields = []int{11, 13}
+		case "system":
+			fields = []int{12, 14}
+		}
+		for _, i := range fields {
+			v, _ := strconv.ParseInt(f[i], 10, 64)
+			ticks += v
+		}
+	}
+	return float64(ticks) / 100
+}
