@@ -144,8 +144,9 @@ func workload(quick bool) []cell {
 			}
 		}
 	}
-	// The hot key: 32 clients PUT 64 KiB to one key.
-	cells = append(cells, cell{opPUTHot, 64 << 10, 32})
+	// The hot key: 32 clients PUT 64 KiB to one key; then to 4 keys (client i
+	// always to key i%4), eight writers queued on each.
+	cells = append(cells, cell{opPUTHot, 64 << 10, 32}, cell{opPUTHot4, 64 << 10, 32})
 	cells = append(cells, cell{opMultipart, partSize * partCount, 1})
 	if !quick {
 		cells = append(cells, cell{opMultipart, partSize * partCount, 2})

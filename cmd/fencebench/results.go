@@ -195,8 +195,13 @@ func sizeLabel(n int64) string {
 }
 
 func cellLabel(c cell) string {
-	if c.op == opMultipart {
+	switch c.op {
+	case opMultipart:
 		return fmt.Sprintf("multipart %s (4x64 MiB) c=%d", sizeLabel(c.size), c.conc)
+	case opPUTHot:
+		return fmt.Sprintf("%s (one key)", c)
+	case opPUTHot4:
+		return fmt.Sprintf("%s (%d keys, client i: key i%%%d)", c, hotKeys, hotKeys)
 	}
 	return fmt.Sprintf("%s %s c=%d", c.op, sizeLabel(c.size), c.conc)
 }
