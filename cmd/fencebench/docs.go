@@ -99,18 +99,19 @@ func markdown(m machine, recs []Record) string {
 	}
 
 	p("\n## Results\n\n")
-	p("Gateway CPU is the CPU time of the process behind the target per operation: fencegate, versitygw, or for `direct` SeaweedFS's own `weed` process. Store CPU is `weed`'s, whichever target the request went through; PostgreSQL CPU is all of its processes'. CPU times come from `/proc/<pid>/stat` in 10 ms ticks.\n\n")
-	p("| cell | target | ops/s | MiB/s | p50 ms | p99 ms | gateway CPU ms/op | store CPU ms/op | PostgreSQL CPU ms/op |\n|---|---|---|---|---|---|---|---|---|\n")
+	p("Gateway CPU is the CPU time of the process behind the target per operation: fencegate, versitygw, or for `direct` SeaweedFS's own `weed` process. Store CPU is `weed`'s, whichever target the request went through; PostgreSQL CPU is all of its processes'. CPU times come from `/proc/<pid>/stat` in 10 ms ticks. ")
+	p("PostgreSQL write txns/op is the number of transaction ids taken during the cell's runs (only writing transactions take one) over its operations, all rounds together.\n\n")
+	p("| cell | target | ops/s | MiB/s | p50 ms | p99 ms | gateway CPU ms/op | store CPU ms/op | PostgreSQL CPU ms/op | PostgreSQL write txns/op |\n|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, c := range cells(recs) {
 		for _, t := range []string{"direct", "fencegate", "versitygw"} {
 			r := findRec(recs, t, c)
 			if r == nil {
 				continue
 			}
-			p("| %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", cellLabel(c), t,
+			p("| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", cellLabel(c), t,
 				stats{r.OpsPerS, r.OpsPerSMin, r.OpsPerSMax}, stats{r.MiBPerS, r.MiBPerSMin, r.MiBPerSMax},
 				stats{r.P50Ms, r.P50MsMin, r.P50MsMax}, stats{r.P99Ms, r.P99MsMin, r.P99MsMax},
-				stats{r.CPUSPerOp * 1000, r.CPUSPerOpMin * 1000, r.CPUSPerOpMax * 1000}, num(r.StoreCPUSPerOp*1000), num(r.DBCPUSPerOp*1000))
+				stats{r.CPUSPerOp * 1000, r.CPUSPerOpMin * 1000, r.CPUSPerOpMax * 1000}, num(r.StoreCPUSPerOp*1000), dbCPUms(*r), num(r.DBWriteTxnsPerOp))
 		}
 	}
 

@@ -12,7 +12,7 @@ import (
 // cell summarised over its rounds (median, min, max), or a streaming-memory run.
 type Record struct {
 	Target      string  `json:"target"` // direct, fencegate, versitygw
-	Op          string  `json:"op"`     // GET, PUT, MULTIPART
+	Op          string  `json:"op"`     // GET, PUT, PUT1KEY, PUT4KEYS, MULTIPART
 	SizeBytes   int64   `json:"size_bytes"`
 	Concurrency int     `json:"concurrency"`
 	OpsPerS     float64 `json:"ops_per_s"`
@@ -37,7 +37,8 @@ type Record struct {
 	// The store's (weed), PostgreSQL's and this load generator's CPU per operation.
 	StoreCPUSPerOp float64 `json:"store_cpu_s_per_op"`
 	DBCPUSPerOp    float64 `json:"db_cpu_s_per_op"` // PostgreSQL, all its processes
-	// PostgreSQL write transactions (durable commits) per operation.
+	// PostgreSQL write transactions (those that took a transaction id) per
+	// operation, all rounds together.
 	DBWriteTxnsPerOp float64 `json:"db_write_txns_per_op"`
 	ClientCPUSPerOp  float64 `json:"client_cpu_s_per_op"`
 
@@ -46,6 +47,14 @@ type Record struct {
 	MiBPerSRounds []float64 `json:"mib_per_s_rounds"` // round by round, for paired ratios
 	OpsTotal      int       `json:"ops_total"`
 	Errors        int       `json:"errors"`
+
+	// Round by round too (absent from results files written before they were
+	// recorded): latencies, and the gateway's and PostgreSQL's CPU seconds per
+	// operation (rounds without a completed operation left out).
+	P50MsRounds       []float64 `json:"p50_ms_rounds,omitempty"`
+	P99MsRounds       []float64 `json:"p99_ms_rounds,omitempty"`
+	CPUSPerOpRounds   []float64 `json:"cpu_s_per_op_rounds,omitempty"`
+	DBCPUSPerOpRounds []float64 `json:"db_cpu_s_per_op_rounds,omitempty"`
 
 	// Streaming-memory records only (op PUT or GET of 2 GiB, or 256 MiB in
 	// -quick). VmHWM is the peak since the process started, so the GET's peak
@@ -105,11 +114,15 @@ func aggregate(targetName string, c cell, ss []sample) Record {
 		r.MiBPerSRounds = append(r.MiBPerSRounds, round3(s.mibPerS()))
 		p50 = append(p50, ms(s.p50.Seconds()))
 		p99 = append(p99, ms(s.p99.Seconds()))
+		r.P50MsRounds = append(r.P50MsRounds, round3(ms(s.p50.Seconds())))
+		r.P99MsRounds = append(r.P99MsRounds, round3(ms(s.p99.Seconds())))
 		if s.ops > 0 {
 			cpu = append(cpu, s.cpu/float64(s.ops))
 			store = append(store, s.storeCPU/float64(s.ops))
 			db = append(db, s.dbCPU/float64(s.ops))
 			client = append(client, s.client/float64(s.ops))
+			r.CPUSPerOpRounds = append(r.CPUSPerOpRounds, round6(s.cpu/float64(s.ops)))
+			r.DBCPUSPerOpRounds = append(r.DBCPUSPerOpRounds, round6(s.dbCPU/float64(s.ops)))
 		}
 	}
 	o, m, a, b, cs := summarize(ops), summarize(mib), summarize(p50), summarize(p99), summarize(cpu)
@@ -210,21 +223,21 @@ func cellLabel(c cell) string {
 func printTables(w io.Writer, recs []Record) {
 	fmt.Fprintln(w, "\nThroughput and latency: median [min-max] over interleaved rounds")
 	tw := tabwriter.NewWriter(w, 2, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "cell\ttarget\tops/s\tMiB/s\tp50 ms\tp99 ms\tgateway CPU ms/op\tstore CPU ms/op\tPostgreSQL CPU ms/op\terrors")
+	fmt.Fprintln(tw, "cell\ttarget\tops/s\tMiB/s\tp50 ms\tp99 ms\tgateway CPU ms/op\tstore CPU ms/op\tPostgreSQL CPU ms/op\tPostgreSQL write txns/op\terrors")
 	for _, c := range cells(recs) {
 		for _, t := range []string{"direct", "fencegate", "versitygw"} {
 			r := findRec(recs, t, c)
 			if r == nil {
 				continue
 			}
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d\n", cellLabel(c), t,
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d\n", cellLabel(c), t,
 				stats{r.OpsPerS, r.OpsPerSMin, r.OpsPerSMax}, stats{r.MiBPerS, r.MiBPerSMin, r.MiBPerSMax},
 				stats{r.P50Ms, r.P50MsMin, r.P50MsMax}, stats{r.P99Ms, r.P99MsMin, r.P99MsMax},
-				stats{r.CPUSPerOp * 1000, r.CPUSPerOpMin * 1000, r.CPUSPerOpMax * 1000}, num(r.StoreCPUSPerOp*1000), num(r.DBCPUSPerOp*1000), r.Errors)
+				stats{r.CPUSPerOp * 1000, r.CPUSPerOpMin * 1000, r.CPUSPerOpMax * 1000}, num(r.StoreCPUSPerOp*1000), dbCPUms(*r), num(r.DBWriteTxnsPerOp), r.Errors)
 		}
 	}
 	tw.Flush()
-	fmt.Fprintln(w, "(gateway CPU for direct is SeaweedFS's weed process itself)")
+	fmt.Fprintln(w, "(gateway CPU for direct is SeaweedFS's weed process itself; PostgreSQL write txns/op counts transaction ids taken during the cell, over all its rounds)")
 
 	fmt.Fprintln(w, "\nRatios of MiB/s, round-paired: median [min-max]")
 	tw = tabwriter.NewWriter(w, 2, 4, 2, ' ', 0)
@@ -346,3 +359,14 @@ func heldList(recs []Record) string {
 	}
 	return fmt.Sprintf("%d of %d held; not held: %s", len(held), len(held)+len(not), strings.Join(not, "; "))
 }
+
+// dbCPUms is PostgreSQL's CPU ms per operation, with [min-max] over rounds
+// where the record has them.
+func dbCPUms(r Record) string {
+	if len(r.DBCPUSPerOpRounds) == 0 {
+		return num(r.DBCPUSPerOp * 1000)
+	}
+	return scaled(summarize(r.DBCPUSPerOpRounds), 1000).String()
+}
+
+func scaled(s stats, k float64) stats { return stats{s.med * k, s.min * k, s.max * k} }
