@@ -90,6 +90,20 @@ func markdown(m machine, recs []Record) string {
 	}
 	p("\n%s.\n\n", heldList(recs))
 
+	p("## Small PUT latency against the two-transaction floor\n\n")
+	p("A fenced write is an acquire transaction, the store's PUT and a commit transaction, so at one client its latency cannot beat two durable PostgreSQL transactions plus the store's own PUT. ")
+	p("In every round, before its cells, the run times pairs of durable write transactions at one client on the benchmark's PostgreSQL (pgx, a one-row UPDATE committed with `synchronous_commit = on`, twice per sample, in a scratch database beside fencegate's); the floor is their p50 plus the direct PUT's p50 in the same round.\n\n")
+	p("| %s |\n|%s\n", strings.Join(floorHeader, " | "), strings.Repeat("---|", len(floorHeader)))
+	for _, row := range floorRows(recs) {
+		p("| %s |\n", strings.Join(row.cells(), " | "))
+	}
+	if tx := findFloor(recs); tx != nil {
+		p("\nThe two transactions ran at %s pairs/s, with %s ms of PostgreSQL CPU and %s write transactions per pair.\n", stats{tx.OpsPerS, tx.OpsPerSMin, tx.OpsPerSMax}, num(tx.DBCPUSPerOp*1000), num(tx.DBWriteTxnsPerOp))
+	} else {
+		p("\nThis results file has no measurement of the two transactions.\n")
+	}
+	p("\n")
+
 	p("## Ratios (MiB/s)\n\n")
 	p("| cell | fencegate / direct | fencegate / versitygw |\n|---|---|---|\n")
 	for _, c := range cells(recs) {

@@ -9,10 +9,11 @@ import (
 )
 
 // Record is one line of docs/bench-results.json: a (target, op, size, concurrency)
-// cell summarised over its rounds (median, min, max), or a streaming-memory run.
+// cell summarised over its rounds (median, min, max), a streaming-memory run,
+// or the two-transaction floor (target postgresql, op 2TXN: floor.go).
 type Record struct {
-	Target      string  `json:"target"` // direct, fencegate, versitygw
-	Op          string  `json:"op"`     // GET, PUT, PUT1KEY, PUT4KEYS, MULTIPART
+	Target      string  `json:"target"` // direct, fencegate, versitygw (postgresql: the floor)
+	Op          string  `json:"op"`     // GET, PUT, PUT1KEY, PUT4KEYS, MULTIPART (2TXN: the floor)
 	SizeBytes   int64   `json:"size_bytes"`
 	Concurrency int     `json:"concurrency"`
 	OpsPerS     float64 `json:"ops_per_s"`
@@ -171,7 +172,7 @@ func findRec(recs []Record, t string, c cell) *Record {
 func cells(recs []Record) []cell {
 	var out []cell
 	for _, r := range recs {
-		if !isStream(r) && !slices.Contains(out, cellOf(r)) {
+		if !isStream(r) && !isFloor(r) && !slices.Contains(out, cellOf(r)) {
 			out = append(out, cellOf(r))
 		}
 	}
@@ -238,6 +239,17 @@ func printTables(w io.Writer, recs []Record) {
 	}
 	tw.Flush()
 	fmt.Fprintln(w, "(gateway CPU for direct is SeaweedFS's weed process itself; PostgreSQL write txns/op counts transaction ids taken during the cell, over all its rounds)")
+
+	fmt.Fprintln(w, "\nSmall PUT latency at 1 client against the two-transaction floor (two durable PostgreSQL write transactions at 1 client + the store's own PUT p50): median [min-max]")
+	tw = tabwriter.NewWriter(w, 2, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, strings.Join(floorHeader, "\t"))
+	for _, row := range floorRows(recs) {
+		fmt.Fprintln(tw, strings.Join(row.cells(), "\t"))
+	}
+	tw.Flush()
+	if tx := findFloor(recs); tx != nil {
+		fmt.Fprintf(w, "(the two transactions: %s pairs/s, PostgreSQL CPU %s ms and %s write txns per pair)\n", num(tx.OpsPerS), num(tx.DBCPUSPerOp*1000), num(tx.DBWriteTxnsPerOp))
+	}
 
 	fmt.Fprintln(w, "\nRatios of MiB/s, round-paired: median [min-max]")
 	tw = tabwriter.NewWriter(w, 2, 4, 2, ' ', 0)
