@@ -75,7 +75,7 @@ func markdown(m machine, recs []Record) string {
 	p("Every cell (operation, size, concurrency) runs against the three targets one after another, in %d rounds (the target order rotates each round); each run lasts about %.1f s (workers start operations until the time is up, at least one each). ", rounds, secs)
 	p("Every figure is the median over the rounds with [min-max]; ratios pair round i of one target with round i of the other. ")
 	p("The client is one Go process: raw `net/http` requests, SigV4 header auth with `UNSIGNED-PAYLOAD`, one shared transport, pre-generated random payloads, bodies discarded. ")
-	p("GETs read objects seeded straight to the store; PUTs overwrite one key per worker; multipart is CreateMultipartUpload, 4 sequential 64 MiB UploadParts and CompleteMultipartUpload per operation. ")
+	p("GETs read objects seeded straight to the store; PUTs overwrite one key per worker, except the hot-key cells: in PUT1KEY all 32 clients overwrite one key, in PUT4KEYS client i always overwrites key i%%4 of 4 (eight writers queue on each); multipart is CreateMultipartUpload, 4 sequential 64 MiB UploadParts and CompleteMultipartUpload per operation. ")
 	p("Sizes up to 1 MiB run at 1 and 32 clients; 64 MiB objects at 1 and 4 and the multipart upload at 1 and 2 (the store writes at about 70-150 MiB/s here, so each extra large client adds seconds to each of the nine runs of a cell; the quick run keeps them at 1 client).\n\n")
 	if r := findRec(recs, "fencegate", cell{opPUT, 64 << 10, 32}); r != nil {
 		p("fencegate is built from the checkout being measured. In this run each fencegate PutObject made %s PostgreSQL write transactions (two durable ones, the write protocol's acquire and commit, plus the outbox wake-ups sent after commits, batched and committed without a WAL flush wait), %s PostgreSQL CPU ms; GETs make none, and the direct and versitygw paths none at all.\n\n",
@@ -83,12 +83,28 @@ func markdown(m machine, recs []Record) string {
 	}
 	p("To see where fencegate's CPU goes, `go run ./cmd/fencebench -perf DIR` records `perf` profiles of the fencegate process under a few of these cells.\n\n")
 
-	p("## Targets (docs/DESIGN.md)\n\n")
-	p("| target | worst cell | measured (median [min-max]) | |\n|---|---|---|---|\n")
+	p("## Targets (docs/DESIGN.md and issue 15)\n\n")
+	p("docs/DESIGN.md's performance targets, and issue 15's (bench cells for what users hit), all judged on this run: a ratio or per-operation figure is taken round by round and judged on its median over the rounds ([min-max] beside it). ")
+	p("The hot key's throughput is compared with one write per fencegate PUT 64 KiB c=1 p50, since one key's writers queue behind its lease.\n\n")
+	p("| from | target | worst cell | measured (median [min-max]) | |\n|---|---|---|---|---|\n")
 	for _, c := range checks(recs) {
-		p("| %s | %s | %s | %s |\n", c.name, c.worst, c.measured, heldWord(c))
+		p("| %s | %s | %s | %s | %s |\n", c.source, c.name, c.worst, c.measured, heldWord(c))
 	}
 	p("\n%s.\n\n", heldList(recs))
+
+	p("## Small PUT latency against the two-transaction floor\n\n")
+	p("A fenced write is an acquire transaction, the store's PUT and a commit transaction, so at one client its latency cannot beat two durable PostgreSQL transactions plus the store's own PUT. ")
+	p("In every round, before its cells, the run times pairs of durable write transactions at one client on the benchmark's PostgreSQL (pgx, a one-row UPDATE committed with `synchronous_commit = on`, twice per sample, in a scratch database beside fencegate's); the floor is their p50 plus the direct PUT's p50 in the same round.\n\n")
+	p("| %s |\n|%s\n", strings.Join(floorHeader, " | "), strings.Repeat("---|", len(floorHeader)))
+	for _, row := range floorRows(recs) {
+		p("| %s |\n", strings.Join(row.cells(), " | "))
+	}
+	if tx := findFloor(recs); tx != nil {
+		p("\nThe two transactions ran at %s pairs/s, with %s ms of PostgreSQL CPU and %s write transactions per pair.\n", stats{tx.OpsPerS, tx.OpsPerSMin, tx.OpsPerSMax}, num(tx.DBCPUSPerOp*1000), num(tx.DBWriteTxnsPerOp))
+	} else {
+		p("\nThis results file has no measurement of the two transactions.\n")
+	}
+	p("\n")
 
 	p("## Ratios (MiB/s)\n\n")
 	p("| cell | fencegate / direct | fencegate / versitygw |\n|---|---|---|\n")
@@ -99,18 +115,19 @@ func markdown(m machine, recs []Record) string {
 	}
 
 	p("\n## Results\n\n")
-	p("Gateway CPU is the CPU time of the process behind the target per operation: fencegate, versitygw, or for `direct` SeaweedFS's own `weed` process. Store CPU is `weed`'s, whichever target the request went through; PostgreSQL CPU is all of its processes'. CPU times come from `/proc/<pid>/stat` in 10 ms ticks.\n\n")
-	p("| cell | target | ops/s | MiB/s | p50 ms | p99 ms | gateway CPU ms/op | store CPU ms/op | PostgreSQL CPU ms/op |\n|---|---|---|---|---|---|---|---|---|\n")
+	p("Gateway CPU is the CPU time of the process behind the target per operation: fencegate, versitygw, or for `direct` SeaweedFS's own `weed` process. Store CPU is `weed`'s, whichever target the request went through; PostgreSQL CPU is all of its processes'. CPU times come from `/proc/<pid>/stat` in 10 ms ticks. ")
+	p("PostgreSQL write txns/op is the number of transaction ids taken during the cell's runs (only writing transactions take one) over its operations, all rounds together.\n\n")
+	p("| cell | target | ops/s | MiB/s | p50 ms | p99 ms | gateway CPU ms/op | store CPU ms/op | PostgreSQL CPU ms/op | PostgreSQL write txns/op |\n|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, c := range cells(recs) {
 		for _, t := range []string{"direct", "fencegate", "versitygw"} {
 			r := findRec(recs, t, c)
 			if r == nil {
 				continue
 			}
-			p("| %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", cellLabel(c), t,
+			p("| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", cellLabel(c), t,
 				stats{r.OpsPerS, r.OpsPerSMin, r.OpsPerSMax}, stats{r.MiBPerS, r.MiBPerSMin, r.MiBPerSMax},
 				stats{r.P50Ms, r.P50MsMin, r.P50MsMax}, stats{r.P99Ms, r.P99MsMin, r.P99MsMax},
-				stats{r.CPUSPerOp * 1000, r.CPUSPerOpMin * 1000, r.CPUSPerOpMax * 1000}, num(r.StoreCPUSPerOp*1000), num(r.DBCPUSPerOp*1000))
+				stats{r.CPUSPerOp * 1000, r.CPUSPerOpMin * 1000, r.CPUSPerOpMax * 1000}, num(r.StoreCPUSPerOp*1000), dbCPUms(*r), num(r.DBWriteTxnsPerOp))
 		}
 	}
 

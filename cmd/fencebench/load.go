@@ -26,6 +26,8 @@ const (
 	opPUT       = "PUT"
 	opMultipart = "MULTIPART" // CreateMultipartUpload, UploadPart x4, Complete
 	opPUTHot    = "PUT1KEY"   // every client PUTs the same key: writers of one key queue
+	opPUTHot4   = "PUT4KEYS"  // client i PUTs key i%hotKeys: a few hot keys, each with its queue
+	hotKeys     = 4
 	partSize    = 64 << 20
 	partCount   = 4
 	bucket      = "fencebench"
@@ -234,6 +236,8 @@ func runCell(ctx context.Context, t target, pg procGroups, c cell, dur time.Dura
 					err = cl.put(ctx, fmt.Sprintf("put/%s/%d/%d", t.name, c.size, w), data, buf)
 				case opPUTHot:
 					err = cl.put(ctx, fmt.Sprintf("hot/%s/%d", t.name, c.size), data, buf)
+				case opPUTHot4:
+					err = cl.put(ctx, fmt.Sprintf("hot4/%s/%d/%d", t.name, c.size, w%hotKeys), data, buf)
 				case opMultipart:
 					err = cl.multipart(ctx, fmt.Sprintf("mpu/%s/%d", t.name, w), data, buf)
 				}

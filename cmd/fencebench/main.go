@@ -144,8 +144,9 @@ func workload(quick bool) []cell {
 			}
 		}
 	}
-	// The hot key: 32 clients PUT 64 KiB to one key.
-	cells = append(cells, cell{opPUTHot, 64 << 10, 32})
+	// The hot key: 32 clients PUT 64 KiB to one key; then to 4 keys (client i
+	// always to key i%4), eight writers queued on each.
+	cells = append(cells, cell{opPUTHot, 64 << 10, 32}, cell{opPUTHot4, 64 << 10, 32})
 	cells = append(cells, cell{opMultipart, partSize * partCount, 1})
 	if !quick {
 		cells = append(cells, cell{opMultipart, partSize * partCount, 2})
@@ -210,12 +211,33 @@ func run(ctx context.Context, o options) (err error) {
 			_ = runCell(ctx, t, s.groups(), c, 300*time.Millisecond, payload)
 		}
 	}
+	// The two-transaction floor beside the PUT cells at one client: a scratch
+	// database on the same PostgreSQL, warmed the same way.
+	if needFloor(cells) {
+		if s.floorDB, err = openFloor(ctx, s.pg); err != nil {
+			return fmt.Errorf("the two-transaction floor: %w", err)
+		}
+		_ = runFloor(ctx, s.floorDB, s.groups(), 300*time.Millisecond)
+	}
 
 	samples := map[string][]sample{} // key: target + cell
 	busy0, own0, wall0 := busyCPU(), s.ownCPU(), time.Now()
 	errCount := 0
 	for r := 0; r < o.rounds; r++ {
 		order := rotate(s.targets, r)
+		if s.floorDB != nil {
+			sm := runFloor(ctx, s.floorDB, s.groups(), o.duration)
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			if sm.errors > 0 {
+				errCount += sm.errors
+				fmt.Fprintf(os.Stderr, "  two-transaction floor: %d errors, first: %v\n", sm.errors, sm.firstErr)
+			}
+			samples[floorTarget] = append(samples[floorTarget], sm)
+			fmt.Fprintf(os.Stderr, "[round %d/%d] two durable PostgreSQL transactions at 1 client: p50 %.2f ms, p99 %.2f ms (%.0f pairs/s)\n",
+				r+1, o.rounds, ms(sm.p50.Seconds()), ms(sm.p99.Seconds()), sm.opsPerS())
+		}
 		for i, c := range cells {
 			line := fmt.Sprintf("[round %d/%d, %2d/%d] %-22s", r+1, o.rounds, i+1, len(cells), c)
 			for _, t := range order {
@@ -242,6 +264,11 @@ func run(ctx context.Context, o options) (err error) {
 	fmt.Fprintln(os.Stderr, m.other)
 
 	var recs []Record
+	if ss := samples[floorTarget]; len(ss) > 0 {
+		fl := aggregate(floorTarget, floorCell, ss)
+		fl.CPUProcess = "PostgreSQL"
+		recs = append(recs, fl)
+	}
 	for _, c := range cells {
 		for _, t := range s.targets {
 			recs = append(recs, aggregate(t.name, c, samples[t.name+"|"+c.String()]))

@@ -51,3 +51,143 @@ func TestWritePlots(t *testing.T) {
 		}
 	}
 }
+
+// rec is a record of target in cell c with the given rounds (MiB/s, p50 and
+// p99 ms, gateway and PostgreSQL CPU seconds per operation), summarised the
+// way aggregate does.
+func rec(target string, c cell, mib, p50, p99, cpu, db []float64) Record {
+	m, a, b, g, d := summarize(mib), summarize(p50), summarize(p99), summarize(cpu), summarize(db)
+	return Record{
+		Target: target, Op: c.op, SizeBytes: c.size, Concurrency: c.conc, Rounds: len(mib), OpsTotal: 1000,
+		MiBPerS: m.med, MiBPerSMin: m.min, MiBPerSMax: m.max, MiBPerSRounds: mib,
+		OpsPerS: m.med * (1 << 20) / float64(max(c.size, 1)),
+		P50Ms:   a.med, P50MsMin: a.min, P50MsMax: a.max, P50MsRounds: p50,
+		P99Ms: b.med, P99MsMin: b.min, P99MsMax: b.max, P99MsRounds: p99,
+		CPUSPerOp: g.med, CPUSPerOpMin: g.min, CPUSPerOpMax: g.max, CPUSPerOpRounds: cpu,
+		DBCPUSPerOp: d.med, DBCPUSPerOpRounds: db,
+	}
+}
+
+func r3(v float64) []float64 { return []float64{v, v, v} }
+
+// issue15Recs are the cells issue 15's targets read, with figures that hold
+// every target (good) or none of them.
+func issue15Recs(good bool) []Record {
+	// fencegate PUT 64 KiB c=1 p50 5 ms: one write every 5 ms is 200 ops/s.
+	hotOps, hotDirect, hotP99 := 190.0, 20.0, 600.0 // 0.95x 200/s, 0.59x direct, p99 4x p50
+	putDB, putCPU, putMiB := []float64{0.0005, 0.0009, 0.0004}, 0.0003, 30.0
+	getCPU, getMiB := 0.00008, 90.0
+	if !good {
+		hotOps, hotDirect, hotP99 = 150, 40, 2000 // 0.75x, 0.23x, 13x
+		putDB, putCPU, putMiB = []float64{0.0008, 0.0005, 0.0007}, 0.0005, 25
+		getCPU, getMiB = 0.00015, 80
+	}
+	hotMiB := hotOps * 64 / 1024
+	return []Record{
+		rec("direct", put64c1, r3(20), r3(3), r3(6), r3(0.003), r3(0)),
+		rec("fencegate", put64c1, r3(12.5), r3(5), r3(9), r3(0.0015), r3(0.001)),
+		rec("direct", smallPUT, r3(50), r3(30), r3(60), r3(0.002), r3(0)),
+		rec("fencegate", smallPUT, r3(putMiB), r3(70), r3(150), r3(putCPU), putDB),
+		rec("direct", smallGET, r3(100), r3(10), r3(25), r3(0.0005), r3(0)),
+		rec("fencegate", smallGET, r3(getMiB), r3(12), r3(30), r3(getCPU), r3(0)),
+		rec("direct", hotCell, r3(hotDirect), r3(70), r3(110), r3(0.002), r3(0)),
+		rec("fencegate", hotCell, r3(hotMiB), r3(150), r3(hotP99), r3(0.001), r3(0.001)),
+	}
+}
+
+// Issue 15's targets are judged from the records: all held with good figures,
+// none with bad ones, and not measured when their cells are missing.
+func TestIssue15Targets(t *testing.T) {
+	for _, good := range []bool{true, false} {
+		got := issue15Checks(issue15Recs(good))
+		if len(got) != 8 {
+			t.Fatalf("%d issue 15 targets, want 8", len(got))
+		}
+		for _, ch := range got {
+			if ch.source != srcIssue15 || !ch.known || ch.held != good {
+				t.Errorf("good=%v: %s (%s): known %v, held %v (measured %s)", good, ch.name, ch.source, ch.known, ch.held, ch.measured)
+			}
+		}
+	}
+	// The median decides: PostgreSQL's CPU per small PUT is 0.5 ms although
+	// one round took 0.9.
+	for _, ch := range issue15Checks(issue15Recs(true)) {
+		if strings.HasPrefix(ch.name, "PostgreSQL CPU per small PUT") && ch.measured != "0.5 [0.4-0.9] ms" {
+			t.Errorf("%s: measured %q, want the median and [min-max] of the rounds in ms", ch.name, ch.measured)
+		}
+		if strings.HasPrefix(ch.name, "hot key 64 KiB c=32 ops/s") && !strings.HasPrefix(ch.measured, "0.95 [0.95-0.95]x") {
+			t.Errorf("%s: measured %q, want 0.95x", ch.name, ch.measured)
+		}
+	}
+	// Without the hot-key cell its three targets are not measured (a results
+	// file from before it), and the rest still judged.
+	var old []Record
+	for _, r := range issue15Recs(true) {
+		if r.Op != opPUTHot {
+			old = append(old, r)
+		}
+	}
+	for _, ch := range issue15Checks(old) {
+		hot := strings.HasPrefix(ch.name, "hot key")
+		if ch.known == hot || heldWord(ch) == "not measured" != hot {
+			t.Errorf("without the hot key: %s known %v (%s)", ch.name, ch.known, heldWord(ch))
+		}
+	}
+	// Every target lands in the printed table and PERFORMANCE.md.
+	var out strings.Builder
+	printTables(&out, issue15Recs(false))
+	md := markdown(machine{}, issue15Recs(false))
+	for _, ch := range checks(issue15Recs(false)) {
+		if !strings.Contains(out.String(), ch.name) || !strings.Contains(md, ch.name) {
+			t.Errorf("target %q missing from the tables or PERFORMANCE.md", ch.name)
+		}
+	}
+}
+
+// A results file whose records have no rounds (written before they were
+// recorded) is judged on its medians and says so for PostgreSQL's CPU.
+func TestTargetsWithoutRounds(t *testing.T) {
+	recs := issue15Recs(true)
+	for i := range recs {
+		recs[i].P50MsRounds, recs[i].P99MsRounds, recs[i].CPUSPerOpRounds, recs[i].DBCPUSPerOpRounds = nil, nil, nil, nil
+	}
+	for _, ch := range issue15Checks(recs) {
+		if !ch.known || !ch.held {
+			t.Errorf("%s: known %v held %v (%s)", ch.name, ch.known, ch.held, ch.measured)
+		}
+		if strings.HasPrefix(ch.name, "PostgreSQL CPU") && !strings.Contains(ch.measured, "median") {
+			t.Errorf("%s: %q does not say it is the median only", ch.name, ch.measured)
+		}
+	}
+}
+
+// The floor is the two transactions' p50 plus the direct PUT's, round by
+// round, and fencegate's p50 is set against it; without the two transactions'
+// record the floor is not measured.
+func TestFloorRows(t *testing.T) {
+	c4 := cell{opPUT, 4 << 10, 1}
+	recs := []Record{
+		{Target: floorTarget, Op: opFloor, Concurrency: 1, OpsTotal: 100, P50Ms: 1, P50MsMin: 0.8, P50MsMax: 1.2, P50MsRounds: []float64{1, 1.2, 0.8}, P99Ms: 4},
+		rec("direct", c4, r3(1), []float64{2, 2, 2.5}, r3(5), r3(0.002), r3(0)),
+		rec("fencegate", c4, r3(0.5), []float64{6, 6.6, 6.6}, r3(15), r3(0.0015), r3(0.001)),
+	}
+	if cs := cells(recs); len(cs) != 1 || cs[0] != c4 {
+		t.Errorf("cells %v: the floor's record is not a cell", cs)
+	}
+	rows := floorRows(recs)
+	if len(rows) != 2 || rows[0].size != 4<<10 {
+		t.Fatalf("rows %+v", rows)
+	}
+	if r := rows[0]; r.floor == nil || *r.floor != (stats{3.2, 3, 3.3}) || r.overFloor == nil || r.overFloor.med != 2 {
+		t.Errorf("PUT 4 KiB c=1: floor %v, fencegate over it %v; want 3.2 [3-3.3] and 2x", r.floor, r.overFloor)
+	}
+	if got := strings.Join(rows[1].cells(), " | "); got != "PUT 64 KiB c=1 | 1.00 [0.8-1.20] (p99 4.00) | not measured | not measured | not measured | not measured | not measured" {
+		t.Errorf("PUT 64 KiB c=1 without records: %s", got)
+	}
+	if got := floorRows(recs[1:])[0].cells(); got[1] != "not measured" || got[3] != "not measured" || got[4] != "6.60 [6.00-6.60]" {
+		t.Errorf("without the two transactions: %v", got)
+	}
+	if md := markdown(machine{}, recs); !strings.Contains(md, "| PUT 4 KiB c=1 | 1.00 [0.8-1.20] (p99 4.00) | 2.00 [2.00-2.50] | 3.20 [3.00-3.30] |") {
+		t.Errorf("PERFORMANCE.md lacks the floor row:\n%s", md)
+	}
+}

@@ -40,11 +40,15 @@ type benchStack struct {
 	masterURL string
 	dbURL     string
 	db        *pgx.Conn // counts write transactions
+	floorDB   *pgx.Conn // times the two-transaction floor (floor.go), once opened
 }
 
 func (s *benchStack) stop() {
 	if s.db != nil {
 		s.db.Close(context.Background())
+	}
+	if s.floorDB != nil {
+		s.floorDB.Close(context.Background())
 	}
 	if s.fg != nil {
 		s.fg.Stop()
