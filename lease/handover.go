@@ -57,11 +57,30 @@ type keyQueue struct {
 
 // waiter is one writer in a key's queue; wake is signalled, with what woke
 // it, when it should try again at once.
-type waiter struct{ wake chan string }
+//
+// A waiter that is not asking the database is parked: ask is what it would
+// ask for. The holder's commit may then claim the parked head (claimed) and
+// hand it the key in the commit's own transaction; the waiter, whatever
+// wakes it, takes the outcome from handed before it asks again.
+type waiter struct {
+	wake    chan string
+	ask     *AcquireParams // parked: the acquire it would make
+	claimed bool           // a commit is handing it the key
+	handed  chan handOff
+}
+
+// handOff is a commit's hand-over to a claimed waiter: acq nil when the
+// key was released instead (the waiter asks for it itself).
+type handOff struct {
+	acq   *Acquired
+	id    string    // the waiter's attempt, now the holder
+	sent  time.Time // when the commit went
+	epoch uint64    // the session's epoch as of then
+}
 
 // join puts a new waiter at the end of key's queue.
 func (q *keyQueues) join(key [2]string) *waiter {
-	w := &waiter{wake: make(chan string, 1)}
+	w := &waiter{wake: make(chan string, 1), handed: make(chan handOff, 1)}
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if q.queues == nil {
@@ -90,10 +109,11 @@ func (q *keyQueues) headLocked(key [2]string, w *waiter) bool {
 	return kq != nil && len(kq.ws) > 0 && kq.ws[0] == w
 }
 
-// leave takes w out of key's queue and wakes the waiter now first, so it
+// leave takes w out of key's queue and, unless w took the key (the next
+// waiter is woken when w releases it), wakes the waiter now first, so it
 // starts polling as the head (or, after a release w did not use, takes the
 // key).
-func (q *keyQueues) leave(key [2]string, w *waiter) {
+func (q *keyQueues) leave(key [2]string, w *waiter, took bool) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	kq := q.queues[key]
@@ -123,9 +143,53 @@ func (q *keyQueues) leave(key [2]string, w *waiter) {
 		}
 		return
 	}
-	if wasHead {
+	if wasHead && !took {
 		signal(kq.ws[0], wokenQueue)
 	}
+}
+
+// park records that w waits without asking the database, for p.
+func (q *keyQueues) park(w *waiter, p AcquireParams) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	w.ask = &p
+}
+
+// handedOver unparks w before it asks the database. If a commit claimed it,
+// it waits for the commit's hand-over and reports it (ok).
+func (q *keyQueues) handedOver(w *waiter) (h handOff, ok bool) {
+	q.mu.Lock()
+	w.ask = nil
+	claimed := w.claimed
+	q.mu.Unlock()
+	if !claimed {
+		return handOff{}, false
+	}
+	h = <-w.handed
+	q.mu.Lock()
+	w.claimed = false
+	q.mu.Unlock()
+	return h, true
+}
+
+// claimHead claims key's first waiter for a commit's hand-over, if it is
+// parked, and returns what it would ask for; nil: none to hand to.
+func (q *keyQueues) claimHead(key [2]string) (*waiter, AcquireParams) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	kq := q.queues[key]
+	if kq == nil || len(kq.ws) == 0 || kq.ws[0].ask == nil || kq.ws[0].claimed {
+		return nil, AcquireParams{}
+	}
+	w := kq.ws[0]
+	w.claimed = true
+	return w, *w.ask
+}
+
+// handOver gives a claimed waiter the commit's outcome and wakes it.
+func (q *keyQueues) handOver(w *waiter, h handOff) {
+	w.handed <- h
+	signal(w, wokenHandover)
 }
 
 // released wakes the first waiter for key: the lease was just given back here.

@@ -35,8 +35,9 @@ func TestQueueNotificationWakesOnlyThatKeysHead(t *testing.T) {
 	}
 }
 
-// A release here wakes the head; the head leaving wakes the next; a waiter
-// behind the head leaving wakes nobody; the last one out removes the queue.
+// A release here wakes the head; the head leaving without the key wakes the
+// next; a waiter behind the head leaving wakes nobody, nor does a head that
+// took the key (its release will); the last one out removes the queue.
 func TestQueueHandOverAndLeave(t *testing.T) {
 	var q keyQueues
 	k := [2]string{"b", "k"}
@@ -45,15 +46,20 @@ func TestQueueHandOverAndLeave(t *testing.T) {
 	if got := [3]string{woken(a), woken(b), woken(c)}; got != [3]string{wokenHandover, "", ""} {
 		t.Fatalf("after a release: woken %q, want the head by handover", got)
 	}
-	q.leave(k, b)
+	q.leave(k, b, false)
 	if got := [2]string{woken(a), woken(c)}; got != [2]string{"", ""} {
 		t.Fatalf("a waiter behind the head left: woken %q, want nobody", got)
 	}
-	q.leave(k, a)
+	q.leave(k, a, false)
 	if !q.head(k, c) || woken(c) != wokenQueue {
 		t.Fatal("the head left: the next waiter is not the head, or was not woken")
 	}
-	q.leave(k, c)
+	d := q.join(k)
+	q.leave(k, c, true)
+	if !q.head(k, d) || woken(d) != "" {
+		t.Fatal("the head left with the key: the next waiter is not the head, or was woken before the key's release")
+	}
+	q.leave(k, d, false)
 	if len(q.queues) != 0 || len(q.byHash) != 0 || q.notified(KeyHash("b", "k")) {
 		t.Fatalf("the last waiter left: queues %v, by hash %v remain", q.queues, q.byHash)
 	}

@@ -2,6 +2,7 @@ package lease_test
 
 import (
 	"context"
+	"sync"
 	"testing"
 	"time"
 
@@ -69,5 +70,110 @@ func TestHandOverInArrivalOrder(t *testing.T) {
 		case <-time.After(20 * time.Second):
 			t.Fatalf("writer %d never got the key", want)
 		}
+	}
+}
+
+// handOverCounting counts a Manager's acquires and hand-over commits.
+type handOverCounting struct {
+	*meta.Catalog
+	acquires, handOvers, handed int
+	mu                          sync.Mutex
+}
+
+func (c *handOverCounting) Acquire(ctx context.Context, p meta.AcquireParams) (*meta.Acquired, error) {
+	c.mu.Lock()
+	c.acquires++
+	c.mu.Unlock()
+	return c.Catalog.Acquire(ctx, p)
+}
+
+func (c *handOverCounting) CommitHandOver(ctx context.Context, p meta.CommitParams, next meta.AcquireParams) (int64, *meta.Acquired, error) {
+	gen, acq, err := c.Catalog.CommitHandOver(ctx, p, next)
+	c.mu.Lock()
+	c.handOvers++
+	if acq != nil {
+		c.handed++
+	}
+	c.mu.Unlock()
+	return gen, acq, err
+}
+
+func (c *handOverCounting) counts() (acquires, handOvers, handed int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.acquires, c.handOvers, c.handed
+}
+
+// The holder's commit hands the key to the writer of its gateway waiting
+// for it, in the commit's transaction: the waiter asks the database once
+// (refused) and is then the holder, its attempt leased, without an acquire
+// of its own. If a writer of another gateway waits too (the row is marked
+// with its gateway), the commit releases instead, and the local waiter asks
+// again like anyone.
+func TestCommitHandsTheKeyToTheNextWriter(t *testing.T) {
+	for _, otherWaits := range []bool{false, true} {
+		t.Run(map[bool]string{false: "handed", true: "another gateway waits"}[otherWaits], func(t *testing.T) {
+			c := catalog(t)
+			db := &handOverCounting{Catalog: c}
+			m := lease.NewManager(lease.Config{TTL: 30 * time.Second, WaitMax: 20 * time.Second, WaitPoll: 10 * time.Second}, db, nil)
+			ctx := context.Background()
+			req := lease.Request{Bucket: "b", Key: "hand-over-" + meta.NewID(), Op: "put", DeclaredSize: 1}
+			holder, err := m.Acquire(ctx, req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			next := make(chan *lease.Lease, 1)
+			go func() {
+				l, err := m.Acquire(ctx, req)
+				if err != nil {
+					t.Error(err)
+				}
+				next <- l
+			}()
+			// The barrier: the waiter asked once, was refused, and parked.
+			for deadline := time.Now().Add(10 * time.Second); !m.ParkedHead(req.Bucket, req.Key); time.Sleep(time.Millisecond) {
+				if time.Now().After(deadline) {
+					t.Fatal("the second writer never parked")
+				}
+			}
+			if otherWaits {
+				if _, err := c.Pool.Exec(ctx, `UPDATE leases SET wakeup = 'gw-other' WHERE bucket = $1 AND key = $2`, req.Bucket, req.Key); err != nil {
+					t.Fatal(err)
+				}
+			}
+			gen, err := holder.Commit(ctx, lease.Landed{ETag: "e1", Size: 1})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var l *lease.Lease
+			select {
+			case l = <-next:
+			case <-time.After(5 * time.Second):
+				t.Fatal("the waiter never got the key (its poll is 10 s)")
+			}
+			if l == nil {
+				t.FailNow()
+			}
+			acquires, handOvers, handed := db.counts()
+			wantAcquires, wantHanded := 2, 1 // the holder's, the waiter's refused one
+			if otherWaits {
+				wantAcquires, wantHanded = 3, 0 // and the waiter's own after the release
+			}
+			if acquires != wantAcquires || handOvers != 1 || handed != wantHanded {
+				t.Errorf("acquires %d, hand-over commits %d, handed %d; want %d, 1, %d", acquires, handOvers, handed, wantAcquires, wantHanded)
+			}
+			var holderID, state string
+			if err := c.Pool.QueryRow(ctx, `SELECT l.holder::text, a.state FROM leases l JOIN attempts a ON a.attempt_id = l.holder
+				WHERE l.bucket = $1 AND l.key = $2`, req.Bucket, req.Key).Scan(&holderID, &state); err != nil {
+				t.Fatal(err)
+			}
+			if holderID != l.AttemptID || state != meta.StateLeased {
+				t.Fatalf("the key's holder %s (%s), want the waiter's attempt %s leased", holderID, state, l.AttemptID)
+			}
+			gen2, err := l.Commit(ctx, lease.Landed{ETag: "e2", Size: 1})
+			if err != nil || gen2 <= gen {
+				t.Fatalf("the waiter's commit: generation %d after %d, %v", gen2, gen, err)
+			}
+		})
 	}
 }

@@ -157,10 +157,11 @@ func (l *Lease) Commit(ctx context.Context, landed Landed) (int64, error) {
 		Origin: OriginFencegate, AttemptID: onBytes}
 	dctx, cancel := l.m.dbctx(ctx)
 	defer cancel()
-	gen, err := l.m.db.Commit(dctx, CommitParams{
+	cp := CommitParams{
 		Bucket: l.Bucket, Key: l.Key, Holder: l.AttemptID,
 		Settled: l.AttemptID, SettledState: StateCommitted, Entry: e, Release: true,
-	})
+	}
+	gen, handed, err := l.commitHandingOver(dctx, cp)
 	l.stopRenewing()
 	if err != nil {
 		reason := "commit failed after the store acknowledged: " + err.Error()
@@ -175,8 +176,33 @@ func (l *Lease) Commit(ctx context.Context, landed Landed) (int64, error) {
 	l.finished = true
 	l.mu.Unlock()
 	l.m.Metrics.Commits.Inc()
-	l.m.queues.released([2]string{l.Bucket, l.Key})
+	if !handed {
+		l.m.queues.released([2]string{l.Bucket, l.Key})
+	}
 	return gen, nil
+}
+
+// commitHandingOver commits; if a writer of this gateway waits for the key,
+// parked, the commit hands it the lease in the same transaction (handed),
+// so a hot key costs one round trip per write, not a commit and an acquire.
+func (l *Lease) commitHandingOver(ctx context.Context, cp CommitParams) (gen int64, handed bool, err error) {
+	key := [2]string{l.Bucket, l.Key}
+	next, np := l.m.queues.claimHead(key)
+	if next == nil {
+		gen, err = l.m.db.Commit(ctx, cp)
+		return gen, false, err
+	}
+	sid, epoch, serr := l.m.sess.current()
+	if serr != nil {
+		l.m.queues.handOver(next, handOff{})
+		gen, err = l.m.db.Commit(ctx, cp)
+		return gen, false, err
+	}
+	np.Session, np.Wait, np.TTL = sid, false, l.m.cfg.TTL
+	sent := time.Now()
+	gen, acq, err := l.m.db.CommitHandOver(ctx, cp, np)
+	l.m.queues.handOver(next, handOff{acq: acq, id: np.Attempt.ID, sent: sent, epoch: epoch})
+	return gen, acq != nil, err
 }
 
 // Finish ends the attempt without a commit and releases the lease: failed

@@ -129,6 +129,11 @@ type Driver interface {
 	Release(ctx context.Context, bucket, key, holder string, end Ending) error
 	KeyState(ctx context.Context, bucket, key string) (KeyState, error)
 	Commit(ctx context.Context, p CommitParams) (int64, error)
+	// CommitHandOver is Commit (with Release) that hands the lease, in the
+	// same transaction, to next, a writer of this gateway waiting for the
+	// key; nil Acquired: released instead (a writer of another gateway
+	// waits, or the lease was lost).
+	CommitHandOver(ctx context.Context, p CommitParams, next AcquireParams) (int64, *Acquired, error)
 	AttemptByID(ctx context.Context, id string) (Attempt, error)
 	MarkDeadUnknown(ctx context.Context, bucket, key string) error
 	ClaimUnresolved(ctx context.Context, limit int, claimFor time.Duration) ([][2]string, error)
@@ -205,7 +210,7 @@ func (m *Manager) dbctx(ctx context.Context) (context.Context, context.CancelFun
 // the key is leased; any other waits, without reading its body, up to WaitMax,
 // and beyond it up to WaitLimit while the holder's bytes keep flowing, then
 // gets ErrBusy. While the gateway's session is down it gets ErrNoSession.
-func (m *Manager) Acquire(ctx context.Context, req Request) (*Lease, error) {
+func (m *Manager) Acquire(ctx context.Context, req Request) (l *Lease, err error) {
 	if _, _, err := m.sess.current(); err != nil {
 		m.Metrics.Refused.WithLabelValues("no_session").Inc()
 		return nil, err
@@ -226,7 +231,12 @@ func (m *Manager) Acquire(ctx context.Context, req Request) (*Lease, error) {
 		// release here or elsewhere that comes while the first attempt is in
 		// flight wakes this writer.
 		queued = m.queues.join(key)
-		defer m.queues.leave(key, queued)
+		defer func() {
+			if l == nil {
+				m.abandonHandOver(req, queued)
+			}
+			m.queues.leave(key, queued, l != nil)
+		}()
 		if !m.queues.head(key, queued) {
 			// Others here wait for the key: wait behind them.
 			waited = true
@@ -234,12 +244,19 @@ func (m *Manager) Acquire(ctx context.Context, req Request) (*Lease, error) {
 				m.Hooks.Waiting(req.Bucket, req.Key)
 			}
 			_, epoch := m.queues.listenState()
+			m.queues.park(queued, p)
 			if err := m.awaitTurn(ctx, key, queued, epoch, time.Time{}, waitUntil, limit); err != nil {
 				return nil, err
 			}
 		}
 	}
 	for {
+		if queued != nil {
+			// A holder's commit may have handed this writer the key.
+			if h, ok := m.queues.handedOver(queued); ok && h.acq != nil {
+				return m.granted(req, id, h.acq, h.sent, h.epoch, waited)
+			}
+		}
 		sid, epoch, err := m.sess.current()
 		if err != nil {
 			m.Metrics.Refused.WithLabelValues("no_session").Inc()
@@ -262,28 +279,7 @@ func (m *Manager) Acquire(ctx context.Context, req Request) (*Lease, error) {
 			return nil, err
 		}
 		if held == nil {
-			m.Metrics.Acquired.Inc()
-			if waited {
-				m.Metrics.Waited.Inc()
-			}
-			if acq.TookOverDeadSession {
-				m.Metrics.SessionTakeovers.Inc()
-				m.Metrics.SessionTakeoverDelay.Observe(acq.DeadSessionFor.Seconds())
-			}
-			l := m.newLease(req, id, sent)
-			if !m.sess.hold(l, epoch) {
-				// The session went down while the lease was being taken: the
-				// lease cannot outlive it, so nothing is sent under it.
-				l.Finish(StateFailed, "the gateway's session was lost before anything was sent")
-				m.Metrics.Refused.WithLabelValues("no_session").Inc()
-				return nil, ErrNoSession
-			}
-			l.acquiredState = acq.State
-			l.Waited = waited
-			if m.Hooks.Acquired != nil {
-				m.Hooks.Acquired(req.Bucket, req.Key, id)
-			}
-			return l, nil
+			return m.granted(req, id, acq, sent, epoch, waited)
 		}
 		if req.ClientConditional {
 			m.Metrics.Refused.WithLabelValues("conflict").Inc()
@@ -300,10 +296,55 @@ func (m *Manager) Acquire(ctx context.Context, req Request) (*Lease, error) {
 		// The holder is live until its lease's or its session's expiry at
 		// most: if it died, the key is free then, poll or not.
 		holderGone := time.Now().Add(held.LiveFor + time.Millisecond)
+		m.queues.park(queued, p)
 		if err := m.awaitTurn(ctx, key, queued, listenEpoch, holderGone, waitUntil, limit); err != nil {
 			return nil, err
 		}
 	}
+}
+
+// granted makes the lease a writer was granted, by its own acquire or a
+// holder's hand-over (sent: when the granting call was sent; epoch: the
+// session's as of then).
+func (m *Manager) granted(req Request, id string, acq *Acquired, sent time.Time, epoch uint64, waited bool) (*Lease, error) {
+	m.Metrics.Acquired.Inc()
+	if waited {
+		m.Metrics.Waited.Inc()
+	}
+	if acq.TookOverDeadSession {
+		m.Metrics.SessionTakeovers.Inc()
+		m.Metrics.SessionTakeoverDelay.Observe(acq.DeadSessionFor.Seconds())
+	}
+	l := m.newLease(req, id, sent)
+	if !m.sess.hold(l, epoch) {
+		// The session went down while the lease was being taken: the
+		// lease cannot outlive it, so nothing is sent under it.
+		l.Finish(StateFailed, "the gateway's session was lost before anything was sent")
+		m.Metrics.Refused.WithLabelValues("no_session").Inc()
+		return nil, ErrNoSession
+	}
+	l.acquiredState = acq.State
+	l.Waited = waited
+	if m.Hooks.Acquired != nil {
+		m.Hooks.Acquired(req.Bucket, req.Key, id)
+	}
+	return l, nil
+}
+
+// abandonHandOver is for a waiting writer that gives up (its context ended,
+// its wait ran out): if a holder's commit is handing it the key, it waits
+// for the hand-over and gives the lease back, its attempt failed (nothing
+// was sent).
+func (m *Manager) abandonHandOver(req Request, w *waiter) {
+	h, ok := m.queues.handedOver(w)
+	if !ok || h.acq == nil {
+		return
+	}
+	ctx, cancel := m.dbctx(context.Background())
+	defer cancel()
+	_ = m.db.Release(ctx, req.Bucket, req.Key, h.id, Ending{State: StateFailed,
+		Reason: "handed the key after its writer had gone; nothing was sent"})
+	m.queues.released([2]string{req.Bucket, req.Key})
 }
 
 // awaitTurn waits until w should try for the key again: woken (by a release

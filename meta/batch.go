@@ -16,7 +16,8 @@ import (
 // Commit. A call goes to PostgreSQL at once when none of this catalog's is in
 // flight; calls that come while one is in flight wait, and go together in
 // the next round trip, in one transaction (one WAL flush, one commit
-// record). A lone writer waits for nothing; under load, one transaction
+// record); if the batch in flight takes longer than stuckBatch, they go
+// beside it. A lone writer waits for nothing; under load, one transaction
 // carries many writers' calls: measured with 32 writers on their own keys
 // (meta/cost_measure_test.go), PostgreSQL CPU per write fell from 2.4 ms to
 // 0.7 ms.
@@ -44,25 +45,30 @@ type batchedCall struct {
 	ctx         context.Context
 	bucket, key string
 	commit      bool // a commit: before an acquire of the same key
+	// notify is the outbox wake-up the call's commit sends (its payload),
+	// in its batch's transaction, or after it when sent alone (notify.go).
+	notify string
 	// queue adds the call's statements to b; their callbacks fill its
 	// results, which queue resets first (a batch may be sent again).
 	queue func(b *pgx.Batch)
 	err   error
 	done  chan struct{}
 	lead  chan struct{} // this call's caller sends the next batch
+	taken bool          // in a batch (under writeBatcher.mu)
 }
 
 // writeBatcher is a catalog's queue of calls for the next batch.
 type writeBatcher struct {
-	mu      sync.Mutex
-	sending bool // a batch is in flight; its sender passes the lead on
-	queued  []*batchedCall
+	mu       sync.Mutex
+	inFlight int // batches sent and not yet answered
+	queued   []*batchedCall
 
 	// Counters, for tests and measurements.
 	calls, batches, resent int64
 	// beforeSend, if set, is called with each batch's size before it is
 	// sent (a test hook; it may block to hold the batch).
 	beforeSend func(n int)
+	stuckAfter time.Duration // 0: stuckBatch (tests change it)
 }
 
 // BatchStats reports how many calls went to PostgreSQL in how many batches,
@@ -78,35 +84,70 @@ func (c *Catalog) call(ctx context.Context, bc *batchedCall) error {
 	if c.SingleCalls {
 		b := &pgx.Batch{}
 		bc.queue(b)
-		return c.Pool.SendBatch(ctx, b).Close()
+		err := c.Pool.SendBatch(ctx, b).Close()
+		if err == nil && bc.notify != "" {
+			c.notifyOutbox(bc.notify)
+		}
+		return err
 	}
 	bc.ctx, bc.done, bc.lead = ctx, make(chan struct{}), make(chan struct{}, 1)
 	w := &c.writes
 	w.mu.Lock()
 	w.queued = append(w.queued, bc)
-	lead := !w.sending
-	w.sending = true
+	lead := w.inFlight == 0
+	if lead {
+		w.inFlight++
+	}
 	w.mu.Unlock()
-	if !lead {
+	stuckAfter := cmp.Or(w.stuckAfter, stuckBatch)
+	stuck := time.NewTimer(stuckAfter)
+	defer stuck.Stop()
+	for {
+		if lead {
+			c.sendQueued()
+			lead = false
+		}
 		select {
 		case <-bc.done:
 			return bc.err
 		case <-bc.lead:
+			lead = true
+		case <-stuck.C:
+			// The batch in flight is slow (a row lock, a stalled
+			// server): this call and those queued with it go beside it.
+			w.mu.Lock()
+			select {
+			case <-bc.lead:
+				lead = true
+			default:
+				if lead = !bc.taken; lead {
+					w.inFlight++
+				}
+			}
+			w.mu.Unlock()
+			stuck.Reset(stuckAfter)
 		}
 	}
-	c.sendQueued()
-	<-bc.done
-	return bc.err
 }
 
-// sendQueued sends the first maxBatch queued calls as one batch, then hands
-// the lead to the first call still queued, if any.
+// stuckBatch is how long a call waits for the batch in flight before it
+// goes in a batch beside it: far above a batch's usual round trip (1-10 ms
+// here), so batching holds under load, while one batch stuck on a row lock
+// delays the gateway's other writes by this much at most.
+const stuckBatch = 100 * time.Millisecond
+
+// sendQueued sends the first maxBatch queued calls as one batch, then, if
+// no other batch is in flight, hands the lead to the first call still
+// queued.
 func (c *Catalog) sendQueued() {
 	w := &c.writes
 	w.mu.Lock()
 	n := min(len(w.queued), maxBatch)
 	batch := slices.Clone(w.queued[:n])
 	w.queued = slices.Delete(w.queued, 0, n)
+	for _, bc := range batch {
+		bc.taken = true
+	}
 	hook := w.beforeSend
 	w.mu.Unlock()
 	if hook != nil {
@@ -114,9 +155,9 @@ func (c *Catalog) sendQueued() {
 	}
 	c.sendBatch(batch)
 	w.mu.Lock()
-	if len(w.queued) == 0 {
-		w.sending = false
-	} else {
+	w.inFlight--
+	if len(w.queued) > 0 && w.inFlight == 0 {
+		w.inFlight++
 		w.queued[0].lead <- struct{}{}
 	}
 	w.mu.Unlock()
@@ -153,8 +194,17 @@ func (c *Catalog) sendBatch(calls []*batchedCall) {
 	ctx, cancel := context.WithDeadline(context.Background(), deadline)
 	defer cancel()
 	b := &pgx.Batch{}
+	var wakeups []string
 	for _, bc := range live {
 		bc.queue(b)
+		if bc.notify != "" {
+			wakeups = append(wakeups, bc.notify)
+		}
+	}
+	if len(wakeups) > 0 {
+		// The batch's commits wake outbox consumers in its own transaction:
+		// no transaction of their own (notify.go).
+		b.Queue(`SELECT pg_notify($1, p) FROM unnest($2::text[]) AS p`, outboxChannel, wakeups)
 	}
 	err := c.Pool.SendBatch(ctx, b).Close()
 	c.writes.mu.Lock()
@@ -180,7 +230,9 @@ func (c *Catalog) sendBatch(calls []*batchedCall) {
 		}
 		one := &pgx.Batch{}
 		bc.queue(one)
-		bc.err = c.Pool.SendBatch(bc.ctx, one).Close()
+		if bc.err = c.Pool.SendBatch(bc.ctx, one).Close(); bc.err == nil && bc.notify != "" {
+			c.notifyOutbox(bc.notify)
+		}
 	}
 }
 

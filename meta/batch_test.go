@@ -16,6 +16,7 @@ import (
 func holdBatches(c *Catalog) (sends chan int, release func()) {
 	sends = make(chan int, 16)
 	gate := make(chan struct{})
+	c.writes.stuckAfter = time.Minute // held batches are not stuck ones here
 	c.writes.beforeSend = func(n int) {
 		sends <- n
 		<-gate
@@ -226,5 +227,43 @@ func TestBatchesOfTwoGatewaysDoNotDeadlock(t *testing.T) {
 	var holders int
 	if err := pool.QueryRow(ctx, `SELECT count(*) FROM leases WHERE bucket = $1 AND key IN ('x', 'y') AND holder IS NOT NULL`, b).Scan(&holders); err != nil || holders != 2 {
 		t.Errorf("%d of x and y leased (%v), want both", holders, err)
+	}
+}
+
+// A call does not wait behind a batch that is stuck (a row lock, a stalled
+// server) for longer than stuckBatch: it goes in a batch beside it. The
+// first batch is held past that; a writer on another key that comes
+// meanwhile gets its key while the first is still held.
+func TestCallGoesBesideAStuckBatch(t *testing.T) {
+	c := &Catalog{Pool: migratedPool(t)}
+	b := testenv.RandomHex(6)
+	sends, release := holdBatches(c)
+	defer release()
+	c.writes.stuckAfter = 50 * time.Millisecond
+	first := make(chan bool, 1)
+	go func() { _, ok := acquire(t, c, b, "stuck", "gw", false); first <- ok }()
+	<-sends // the first batch is held from here until release
+	second := make(chan bool, 1)
+	go func() { _, ok := acquire(t, c, b, "other", "gw", false); second <- ok }()
+	// The second batch stops at the hook too: it was sent beside the held one.
+	select {
+	case n := <-sends:
+		if n != 1 {
+			t.Fatalf("the batch beside the held one has %d calls, want 1", n)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the second writer waited behind the held batch")
+	}
+	select {
+	case <-first:
+		t.Fatal("the held batch was answered before its release")
+	default:
+	}
+	release()
+	if !<-first || !<-second {
+		t.Fatal("a writer did not get its free key")
+	}
+	if _, batches, _ := c.BatchStats(); batches != 2 {
+		t.Fatalf("%d batches, want 2", batches)
 	}
 }

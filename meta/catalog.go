@@ -233,7 +233,7 @@ func derefSize(n *int64) int64 {
 func (c *Catalog) Commit(ctx context.Context, p CommitParams) (int64, error) {
 	var gen *int64
 	e := p.Entry
-	err := c.call(ctx, &batchedCall{bucket: p.Bucket, key: p.Key, commit: true, queue: func(b *pgx.Batch) {
+	err := c.call(ctx, &batchedCall{bucket: p.Bucket, key: p.Key, commit: true, notify: p.Bucket + "/" + p.Key, queue: func(b *pgx.Batch) {
 		gen = nil
 		b.Queue(`SELECT fencegate_commit($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)`,
 			p.Bucket, p.Key, p.Holder, nullID(p.Settled), p.SettledState, e.ETag, nullSize(e.Size), nullID(e.AttemptID),
@@ -245,9 +245,46 @@ func (c *Catalog) Commit(ctx context.Context, p CommitParams) (int64, error) {
 	if gen == nil {
 		return 0, ErrLeaseLost
 	}
-	c.notifyOnce.Do(func() { c.notifier = &outboxNotifier{pool: c.Pool} })
-	c.notifier.notify(p.Bucket + "/" + p.Key)
 	return *gen, nil
+}
+
+// CommitHandOver is Commit with the lease handed, in the same transaction,
+// to next (a writer of the same gateway waiting for the key): next's attempt
+// is recorded and leased, and next's key state read under it
+// (migrations/0009_commit_hand_over.sql). The Acquired is nil when the lease
+// was released instead: a writer of another gateway waits for the key (it is
+// notified), or the commit found the lease lost (ErrLeaseLost).
+func (c *Catalog) CommitHandOver(ctx context.Context, p CommitParams, next AcquireParams) (int64, *Acquired, error) {
+	var gen *int64
+	var acquired *bool
+	var ks *KeyState
+	e, a := p.Entry, next.Attempt
+	err := c.call(ctx, &batchedCall{bucket: p.Bucket, key: p.Key, commit: true, notify: p.Bucket + "/" + p.Key, queue: func(b *pgx.Batch) {
+		gen, acquired, ks = nil, nil, &KeyState{}
+		b.Queue(`SELECT generation, acquired FROM fencegate_commit_hand_over($1, $2, $3, $4, $5, $6, $7, $8, $9, $10,
+				$11, $12::interval, $13, $14, $15, $16, $17, $18)`,
+			p.Bucket, p.Key, p.Holder, nullID(p.Settled), p.SettledState, e.ETag, nullSize(e.Size), nullID(e.AttemptID), e.Deleted, e.Origin,
+			a.ID, next.TTL.String(), a.Op, a.Gateway, nullSize(a.DeclaredSize), a.Checksum, nullID(a.UploadAttempt), nullID(next.Session)).
+			QueryRow(func(row pgx.Row) error { return row.Scan(&gen, &acquired) })
+		queueKeyState(b, p.Bucket, p.Key, ks)
+	}})
+	if err != nil {
+		return 0, nil, err
+	}
+	if gen == nil {
+		return 0, nil, ErrLeaseLost
+	}
+	if acquired == nil || !*acquired {
+		return *gen, nil, nil
+	}
+	return *gen, &Acquired{State: ks}, nil
+}
+
+// notifyOutbox wakes outbox consumers after a commit sent alone
+// (notify.go); a batch's commits wake them in its transaction (batch.go).
+func (c *Catalog) notifyOutbox(payload string) {
+	c.notifyOnce.Do(func() { c.notifier = &outboxNotifier{pool: c.Pool} })
+	c.notifier.notify(payload)
 }
 
 func nullID(id string) any {
