@@ -2,6 +2,7 @@ package lease_test
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"testing"
 	"time"
@@ -176,4 +177,76 @@ func TestCommitHandsTheKeyToTheNextWriter(t *testing.T) {
 			}
 		})
 	}
+}
+
+// cancelBeforeHandOver cancels the claimed waiter's context and lets the
+// hand-over commit go only once the waiter stopped to wait for it.
+type cancelBeforeHandOver struct {
+	*meta.Catalog
+	m      *lease.Manager
+	cancel context.CancelFunc
+	t      *testing.T
+}
+
+func (c *cancelBeforeHandOver) CommitHandOver(ctx context.Context, p meta.CommitParams, next meta.AcquireParams) (int64, *meta.Acquired, error) {
+	c.cancel()
+	for deadline := time.Now().Add(10 * time.Second); !c.m.ClaimedHeadWaiting(p.Bucket, p.Key); time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			c.t.Error("the claimed waiter never stopped for the hand-over")
+			break
+		}
+	}
+	return c.Catalog.CommitHandOver(ctx, p, next)
+}
+
+// A waiter the commit claimed whose context ends before the hand-over
+// arrives waits for it and gives the key back, its attempt failed: no
+// lease is left that nobody holds, and the next writer takes the key at
+// once.
+func TestClaimedWaiterThatGivesUpReturnsTheKey(t *testing.T) {
+	c := catalog(t)
+	db := &cancelBeforeHandOver{Catalog: c, t: t}
+	m := lease.NewManager(lease.Config{TTL: 30 * time.Second, WaitMax: 20 * time.Second, WaitPoll: 10 * time.Second}, db, nil)
+	db.m = m
+	ctx := context.Background()
+	req := lease.Request{Bucket: "b", Key: "give-up-" + meta.NewID(), Op: "put", DeclaredSize: 1}
+	holder, err := m.Acquire(ctx, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wctx, cancel := context.WithCancel(ctx)
+	db.cancel = cancel
+	gaveUp := make(chan error, 1)
+	go func() {
+		l, err := m.Acquire(wctx, req)
+		if l != nil {
+			err = errors.New("the waiter got a lease after its context ended")
+		}
+		gaveUp <- err
+	}()
+	for deadline := time.Now().Add(10 * time.Second); !m.ParkedHead(req.Bucket, req.Key); time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the waiter never parked")
+		}
+	}
+	if _, err := holder.Commit(ctx, lease.Landed{ETag: "e1", Size: 1}); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-gaveUp; !errors.Is(err, context.Canceled) {
+		t.Fatalf("the waiter: %v, want context.Canceled", err)
+	}
+	var holderID *string
+	var failed int
+	if err := c.Pool.QueryRow(ctx, `SELECT holder::text, (SELECT count(*) FROM attempts WHERE bucket = $1 AND key = $2 AND state = 'failed')
+		FROM leases WHERE bucket = $1 AND key = $2`, req.Bucket, req.Key).Scan(&holderID, &failed); err != nil {
+		t.Fatal(err)
+	}
+	if holderID != nil || failed != 1 {
+		t.Fatalf("after the waiter gave up: holder %v, failed attempts %d; want none, 1", holderID, failed)
+	}
+	next, err := m.Acquire(ctx, lease.Request{Bucket: req.Bucket, Key: req.Key, Op: "put", DeclaredSize: 1, NoWait: true})
+	if err != nil {
+		t.Fatalf("the next writer: %v", err)
+	}
+	next.Fail("done")
 }
