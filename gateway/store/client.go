@@ -148,14 +148,20 @@ func (c *Client) NewRequest(ctx context.Context, method string, level Level, buc
 // once (a bodiless read may be repeated on a fresh connection, see
 // connPool.roundTrip). req's context bounds the exchange and the answer's body.
 func (c *Client) Send(req *http.Request, payloadHash string) (*http.Response, error) {
-	req.Header.Set("X-Amz-Content-Sha256", payloadHash)
-	if err := c.signer.SignHTTP(req.Context(), c.creds, req, payloadHash, "s3", c.region, time.Now()); err != nil {
+	if err := c.Sign(req, payloadHash); err != nil {
 		return nil, err
 	}
 	if c.conns != nil && (req.Method == http.MethodGet || req.Method == http.MethodHead) {
 		return c.conns.roundTrip(req)
 	}
 	return c.transport.RoundTrip(req)
+}
+
+// Sign signs req for the store with fencegate's own credentials and
+// payloadHash as its x-amz-content-sha256; Send does it before sending.
+func (c *Client) Sign(req *http.Request, payloadHash string) error {
+	req.Header.Set("X-Amz-Content-Sha256", payloadHash)
+	return c.signer.SignHTTP(req.Context(), c.creds, req, payloadHash, "s3", c.region, time.Now())
 }
 
 // SendUnsigned sends req without any credentials, as an anonymous client
