@@ -205,8 +205,30 @@ func upstreamName(lower string) string {
 	if strings.HasPrefix(lower, "x-amz-meta-") {
 		return lower
 	}
+	if n, ok := canonicalNames[lower]; ok {
+		return n
+	}
 	return http.CanonicalHeaderKey(lower)
 }
+
+// canonicalNames are the canonical forms of the headers most requests
+// forward, made once rather than per request.
+var canonicalNames = func() map[string]string {
+	m := map[string]string{}
+	for n := range standardForwarded {
+		m[n] = http.CanonicalHeaderKey(n)
+	}
+	for _, n := range []string{"x-amz-acl", "x-amz-tagging", "x-amz-storage-class", "x-amz-copy-source",
+		"x-amz-copy-source-range", "x-amz-metadata-directive", "x-amz-tagging-directive",
+		"x-amz-checksum-algorithm", "x-amz-sdk-checksum-algorithm", "x-amz-expected-bucket-owner",
+		"x-amz-server-side-encryption", "x-amz-website-redirect-location"} {
+		m[n] = http.CanonicalHeaderKey(n)
+	}
+	for n := range store.ChecksumHeaders {
+		m[n] = http.CanonicalHeaderKey(n)
+	}
+	return m
+}()
 
 // grantsAccess reports whether the request sets an ACL (a canned ACL or an
 // explicit grant): that can make data public at the store, so it needs admin.
