@@ -83,7 +83,7 @@ func New(cfg Config) (*Client, error) {
 	}
 	tr := &http.Transport{
 		Proxy:               nil,
-		DialContext:         (&net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
+		DialContext:         dialCopyConns((&net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second}).DialContext),
 		MaxIdleConns:        1024,
 		MaxIdleConnsPerHost: 512,
 		IdleConnTimeout:     90 * time.Second,
@@ -146,7 +146,7 @@ func (c *Client) NewRequest(ctx context.Context, method string, level Level, buc
 	if err != nil {
 		return nil, err
 	}
-	req.URL.Scheme, req.URL.Host, req.Host = c.root.URL.Scheme, c.root.URL.Host, c.root.Host
+	req.URL.Scheme, req.URL.Host, req.URL.Path, req.Host = c.root.URL.Scheme, c.root.URL.Host, c.root.URL.Path, c.root.Host
 	// Opaque carries the path exactly as escaped here, both on the request line
 	// and in the signature.
 	req.URL.Opaque = string(path)
