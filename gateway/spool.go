@@ -180,17 +180,19 @@ func (sp *spool) fill(src io.Reader, n int64) (*spooled, error) {
 // sending's hold on the body.
 func (s *spooled) reader() io.ReadCloser {
 	s.refs.Add(1)
-	var r io.Reader
+	r := &spoolReader{s: s}
 	if s.file != nil {
-		r = io.NewSectionReader(s.file, 0, s.n)
+		r.Reader = io.NewSectionReader(s.file, 0, s.n)
 	} else {
-		r = bytes.NewReader(*s.buf)
+		r.mem.Reset(*s.buf)
+		r.Reader = &r.mem
 	}
-	return &spoolReader{Reader: r, s: s}
+	return r
 }
 
 type spoolReader struct {
 	io.Reader
+	mem  bytes.Reader // the in-memory body's reader, allocated with this one
 	s    *spooled
 	once sync.Once
 }
