@@ -86,10 +86,11 @@ func (s *Server) finish(ctx *fasthttp.RequestCtx, r *request, e *apiError) {
 	series.latency.Observe(elapsed.Seconds())
 	series.bytesIn.Add(float64(r.bytesIn))
 	series.bytesOut.Add(float64(out))
-	if !s.deps.Log.Enabled(ctx, slog.LevelInfo) {
+	log := s.deps.Log.Handler()
+	if !log.Enabled(ctx, slog.LevelInfo) {
 		return
 	}
-	var room [12]slog.Attr // on the stack: Logger.LogAttrs keeps none of them
+	var room [12]slog.Attr // on the stack: a Record copies them
 	attrs := append(room[:0],
 		slog.String("request_id", r.id), slog.String("op", op), slog.String("method", methodName(ctx.Method())),
 		slog.String("bucket", r.bucket), slog.String("key", r.key), slog.Int("status", status),
@@ -102,7 +103,12 @@ func (s *Server) finish(ctx *fasthttp.RequestCtx, r *request, e *apiError) {
 	if e != nil {
 		attrs = append(attrs, slog.String("error", e.Code))
 	}
-	s.deps.Log.LogAttrs(ctx, slog.LevelInfo, "request", attrs...)
+	// Straight to the handler, with no source position: Logger.LogAttrs
+	// would walk the stack (runtime.Callers) on every request for a position
+	// that is always this line.
+	rec := slog.NewRecord(time.Now(), slog.LevelInfo, "request", 0)
+	rec.AddAttrs(attrs...)
+	_ = log.Handle(ctx, rec)
 }
 
 // knownOps are the operation table's names: the only op label values besides
