@@ -29,6 +29,9 @@ type metrics struct {
 	spoolDisk      prometheus.Gauge
 	spoolFellBack  prometheus.Counter
 	spoolWaits     prometheus.Counter
+	// series are requests', latency's and the byte counters' children by op
+	// label and status (series.go).
+	series seriesCache
 }
 
 func newMetrics() *metrics {
@@ -84,6 +87,7 @@ func newMetrics() *metrics {
 	})
 	reg.MustRegister(m.requests, m.latency, m.bytesIn, m.bytesOut, m.upstreamErrors, m.splicedBytes,
 		m.connsOpen, m.connsRefused, m.bodyBytes, m.bodyRefused, m.spoolMemory, m.spoolDisk, m.spoolFellBack, m.spoolWaits)
+	m.series.m = m
 	return m
 }
 

@@ -4,8 +4,8 @@ import (
 	"bytes"
 	"context"
 	"crypto/rand"
-	"encoding/hex"
 	"errors"
+	"net/http"
 	"net/url"
 	"strings"
 	"time"
@@ -38,14 +38,43 @@ type request struct {
 	// anonymousRead: a read without credentials, sent to the store unsigned
 	// so that the store's own ACLs and policies decide (anonymous.go).
 	anonymousRead bool
+
+	// The parts of the request that live as long as it does, allocated with
+	// it: the header view hdr points to, and what the signature check reads.
+	headers headerView
+	signed  sigv4.Request
 }
 
 const requestStateKey = "fencegate.request"
 
+// newRequestID is 16 random upper-case hex digits.
 func newRequestID() string {
 	var b [8]byte
 	_, _ = rand.Read(b[:])
-	return strings.ToUpper(hex.EncodeToString(b[:]))
+	const digits = "0123456789ABCDEF"
+	var id [16]byte
+	for i, c := range b {
+		id[2*i], id[2*i+1] = digits[c>>4], digits[c&15]
+	}
+	return string(id[:])
+}
+
+// methodName is the request method as a string, without a copy for the
+// methods S3 uses.
+func methodName(m []byte) string {
+	switch string(m) {
+	case http.MethodGet:
+		return http.MethodGet
+	case http.MethodPut:
+		return http.MethodPut
+	case http.MethodHead:
+		return http.MethodHead
+	case http.MethodPost:
+		return http.MethodPost
+	case http.MethodDelete:
+		return http.MethodDelete
+	}
+	return string(m)
 }
 
 // admit decides from the headers whether a request may proceed. It runs before
@@ -53,15 +82,21 @@ func newRequestID() string {
 // requests, else at the top of the handler.
 func (s *Server) admit(ctx *fasthttp.RequestCtx) (*request, *apiError) {
 	r := &request{id: newRequestID(), start: time.Now()}
+	h := &ctx.Request.Header
 	uri := ctx.Request.URI()
-	if target := ctx.Request.Header.RequestURI(); len(target) > 0 && target[0] != '/' && target[0] != '*' &&
-		!bytes.EqualFold(uri.Host(), ctx.Request.Header.Host()) {
+	if target := h.RequestURI(); len(target) > 0 && target[0] != '/' && target[0] != '*' &&
+		!bytes.EqualFold(uri.Host(), h.Host()) {
 		// An absolute-form target (http://host/path) names its own host,
 		// which HTTP says wins over the Host header; the signature and the
 		// routing use the Host header. Two hosts: the request is ambiguous.
 		return r, errInvalidURI
 	}
-	bucket, key, ok := route(ctx.Request.Header.Host(), uri.PathOriginal(), s.cfg.Domains)
+	// Every string kept from the request line and the headers is cut from one
+	// copy of their bytes (headers.go).
+	var a stringArena
+	a.grow(len(h.Host()) + len(uri.PathOriginal()) + len(uri.QueryString()) + headerBytes(h, ctx.QueryArgs()))
+	host, rawPath := a.add(h.Host()), a.add(uri.PathOriginal())
+	bucket, key, ok := route(host, rawPath, s.cfg.Domains)
 	if !ok {
 		return r, errInvalidURI
 	}
@@ -69,11 +104,8 @@ func (s *Server) admit(ctx *fasthttp.RequestCtx) (*request, *apiError) {
 	if bucket != "" && !validBucketName(bucket) {
 		return r, errInvalidBucketName
 	}
-	var queryKeys []string
-	for k := range ctx.QueryArgs().All() {
-		queryKeys = append(queryKeys, string(k))
-	}
-	hdr, e := readHeaders(&ctx.Request.Header, ctx.QueryArgs())
+	hdr := &r.headers
+	e := hdr.read(h, ctx.QueryArgs(), &a)
 	r.hdr = hdr
 	if e != nil {
 		// Refused before the signature is checked: how a client's signer
@@ -81,13 +113,20 @@ func (s *Server) admit(ctx *fasthttp.RequestCtx) (*request, *apiError) {
 		return r, e
 	}
 	copySource := hdr.get("x-amz-copy-source")
-	r.op = Classify(string(ctx.Method()), bucket, key, queryKeys, copySource != "")
+	method := methodName(ctx.Method())
+	r.op = classifyArgs(method, bucket, key, ctx.QueryArgs(), copySource != "")
 	if r.op.FormAuthenticated {
 		// A browser form: authenticated and authorized by its signed policy, in the handler (postobject.go).
 		return r, nil
 	}
 
-	sreq := sigv4Request(ctx)
+	sreq := &r.signed
+	*sreq = sigv4.Request{Method: method, Host: host, RawPath: rawPath, RawQuery: a.add(uri.QueryString()), Headers: hdr.raw}
+	if h.ContentLength() == -1 && !h.IsGet() && !h.IsHead() {
+		// fasthttp keeps Transfer-Encoding out of its header list; sigv4 needs it
+		// to know the body's length is not declared.
+		sreq.Headers = append(sreq.Headers, sigv4.HeaderField{Name: "Transfer-Encoding", Value: "chunked"})
+	}
 	sreq.ObjectChecksum = r.op.WholeObjectChecksum
 	auth, err := s.verifier.Verify(sreq)
 	switch {
@@ -200,25 +239,4 @@ func copyOntoItself(r *request) *apiError {
 		}
 	}
 	return errCopyOntoItself
-}
-
-// sigv4Request adapts a fasthttp request to what sigv4 verifies.
-func sigv4Request(ctx *fasthttp.RequestCtx) *sigv4.Request {
-	h := &ctx.Request.Header
-	req := &sigv4.Request{
-		Method:   string(ctx.Method()),
-		Host:     string(h.Host()),
-		RawPath:  string(ctx.Request.URI().PathOriginal()),
-		RawQuery: string(ctx.Request.URI().QueryString()),
-		Headers:  make([]sigv4.HeaderField, 0, 16),
-	}
-	for k, v := range h.All() {
-		req.Headers = append(req.Headers, sigv4.HeaderField{Name: string(k), Value: string(v)})
-	}
-	if h.ContentLength() == -1 && !h.IsGet() && !h.IsHead() {
-		// fasthttp keeps Transfer-Encoding out of its header list; sigv4 needs it
-		// to know the body's length is not declared.
-		req.Headers = append(req.Headers, sigv4.HeaderField{Name: "Transfer-Encoding", Value: "chunked"})
-	}
-	return req
 }

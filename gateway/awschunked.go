@@ -2,8 +2,8 @@ package gateway
 
 import (
 	"encoding/base64"
+	"encoding/binary"
 	"errors"
-	"hash"
 	"hash/crc32"
 	"io"
 	"strconv"
@@ -28,12 +28,14 @@ type chunkEncoder struct {
 	remaining int64 // payload bytes not yet read
 	inChunk   int64 // payload bytes left in the current chunk
 	pending   []byte
-	buf       [32]byte
-	hash      hash.Hash32 // when fencegate computes the checksum itself
-	name      string
-	value     trailerSource
-	done      bool
-	checksum  string // "alg:value" as the trailer sent it, once done
+	buf       [96]byte // a chunk's header, or the last chunk with the trailer
+	// crc is the payload's CRC32 when fencegate computes the checksum itself
+	// (value is nil).
+	crc      uint32
+	name     string
+	value    trailerSource
+	done     bool
+	checksum string // "alg:value" as the trailer sent it, once done
 	// payloadRead counts payload bytes read so far (read by the lease's
 	// progress reports from another goroutine).
 	payloadRead atomic.Int64
@@ -45,12 +47,18 @@ func newChunkEncoder(src io.Reader, n int64, name string, value trailerSource) *
 	e := &chunkEncoder{src: src, remaining: n, name: name, value: value}
 	if value == nil {
 		e.name = "x-amz-checksum-crc32"
-		e.hash = crc32.NewIEEE()
-		e.value = func() (string, error) {
-			return base64.StdEncoding.EncodeToString(e.hash.Sum(nil)), nil
-		}
 	}
 	return e
+}
+
+// trailerValue is the trailing checksum's value, once the payload is read.
+func (e *chunkEncoder) trailerValue() (string, error) {
+	if e.value != nil {
+		return e.value()
+	}
+	var sum [4]byte
+	binary.BigEndian.PutUint32(sum[:], e.crc)
+	return base64.StdEncoding.EncodeToString(sum[:]), nil
 }
 
 // encodedLength is the exact size of the framing of n payload bytes with the
@@ -83,8 +91,8 @@ func (e *chunkEncoder) Read(p []byte) (int, error) {
 			}
 			n, err := e.src.Read(p)
 			if n > 0 {
-				if e.hash != nil {
-					e.hash.Write(p[:n])
+				if e.value == nil {
+					e.crc = crc32.Update(e.crc, crc32.IEEETable, p[:n])
 				}
 				e.inChunk -= int64(n)
 				e.remaining -= int64(n)
@@ -124,14 +132,16 @@ func (e *chunkEncoder) Read(p []byte) (int, error) {
 				return 0, err
 			}
 		}
-		v, err := e.value()
+		v, err := e.trailerValue()
 		if err != nil {
 			return 0, err
 		}
 		if len(v) != store.ChecksumHeaders[e.name] {
 			return 0, errors.New("trailing checksum " + e.name + " has the wrong length")
 		}
-		e.pending = []byte("0\r\n" + e.name + ":" + v + "\r\n\r\n")
+		last := append(e.buf[:0], "0\r\n"...)
+		last = append(append(append(last, e.name...), ':'), v...)
+		e.pending = append(last, "\r\n\r\n"...)
 		e.checksum = store.ChecksumValue(e.name, v)
 		e.done = true
 	}

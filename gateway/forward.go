@@ -58,6 +58,9 @@ func forwardQuery(raw []byte) string {
 // Content-Encoding: it described the client's framing, which the gateway has
 // decoded.
 func copyRequestHeaders(dst http.Header, src *headerView, skip func(lower string) bool) {
+	// Each header's value slice is cut from one allocation (capacity 1, so
+	// that adding a value to one header cannot reach its neighbour's).
+	var vals []string
 	for _, f := range src.fields {
 		if !forwardedHeader(f.name) || skip != nil && skip(f.name) {
 			continue
@@ -69,7 +72,11 @@ func copyRequestHeaders(dst http.Header, src *headerView, skip func(lower string
 				continue
 			}
 		}
-		dst[upstreamName(f.name)] = []string{val}
+		if len(vals) == cap(vals) {
+			vals = make([]string, 0, len(src.fields))
+		}
+		vals = append(vals, val)
+		dst[upstreamName(f.name)] = vals[len(vals)-1 : len(vals) : len(vals)]
 	}
 }
 
@@ -270,6 +277,21 @@ func withClose(e *apiError) *apiError {
 func (s *Server) smallBody(ctx *fasthttp.RequestCtx, r *request) ([]byte, error) {
 	cl := ctx.Request.Header.ContentLength()
 	if cl == 0 {
+		return nil, nil
+	}
+	if cl == -2 {
+		// A GET or HEAD with neither Content-Length nor Transfer-Encoding:
+		// there is no body on the wire, and fasthttp reads none. What the
+		// signature says of the body (its hash, checksum or MD5) must still
+		// be true of an empty one; nothing is read from the client, so
+		// neither a stall guard nor body memory is needed.
+		br, err := r.auth.Body(nil)
+		if err != nil {
+			return nil, err
+		}
+		if _, err := io.Copy(io.Discard, br); err != nil {
+			return nil, withClose(asAPIError(err))
+		}
 		return nil, nil
 	}
 	br, err := r.auth.Body(ctx.RequestBodyStream())

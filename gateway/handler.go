@@ -81,25 +81,34 @@ func (s *Server) finish(ctx *fasthttp.RequestCtx, r *request, e *apiError) {
 	if r.out != nil {
 		out = r.out.n
 	}
-	m := s.metrics
-	label := opLabel(r)
-	m.requests.WithLabelValues(label, statusLabel(status)).Inc()
-	m.latency.WithLabelValues(label).Observe(elapsed.Seconds())
-	m.bytesIn.WithLabelValues(label).Add(float64(r.bytesIn))
-	m.bytesOut.WithLabelValues(label).Add(float64(out))
-	attrs := []slog.Attr{
-		slog.String("request_id", r.id), slog.String("op", op), slog.String("method", string(ctx.Method())),
+	series := s.metrics.series.get(opLabel(r), status)
+	series.requests.Inc()
+	series.latency.Observe(elapsed.Seconds())
+	series.bytesIn.Add(float64(r.bytesIn))
+	series.bytesOut.Add(float64(out))
+	log := s.deps.Log.Handler()
+	if !log.Enabled(ctx, slog.LevelInfo) {
+		return
+	}
+	var room [12]slog.Attr // on the stack: a Record copies them
+	attrs := append(room[:0],
+		slog.String("request_id", r.id), slog.String("op", op), slog.String("method", methodName(ctx.Method())),
 		slog.String("bucket", r.bucket), slog.String("key", r.key), slog.Int("status", status),
 		slog.Int64("bytes_in", r.bytesIn), slog.Int64("bytes_out", out),
 		slog.Float64("ms", float64(elapsed.Microseconds())/1000), slog.String("remote", ctx.RemoteAddr().String()),
-	}
+	)
 	if r.auth != nil {
 		attrs = append(attrs, slog.String("access_key", r.auth.AccessKeyID))
 	}
 	if e != nil {
 		attrs = append(attrs, slog.String("error", e.Code))
 	}
-	s.deps.Log.LogAttrs(ctx, slog.LevelInfo, "request", attrs...)
+	// Straight to the handler, with no source position: Logger.LogAttrs
+	// would walk the stack (runtime.Callers) on every request for a position
+	// that is always this line.
+	rec := slog.NewRecord(time.Now(), slog.LevelInfo, "request", 0)
+	rec.AddAttrs(attrs...)
+	_ = log.Handle(ctx, rec)
 }
 
 // knownOps are the operation table's names: the only op label values besides

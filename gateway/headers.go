@@ -7,6 +7,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/fencegate/fencegate/gateway/store"
+	"github.com/fencegate/fencegate/sigv4"
 )
 
 // headerView is the one reading of a request's headers that every step uses:
@@ -24,7 +25,14 @@ import (
 // they join the view and travel to the store as headers.
 type headerView struct {
 	fields []headerField // in first-seen order
-	index  map[string]int
+	// raw are the headers as received, names in their own case and repeats
+	// kept: what the signature covers (sigv4.Request.Headers).
+	raw []sigv4.HeaderField
+	// Most requests carry fewer headers than these hold, so the view costs no
+	// allocation beyond the request it is part of. (A linear search of a
+	// dozen names is cheaper than building a map per request.)
+	fieldsBuf [16]headerField
+	rawBuf    [16]sigv4.HeaderField
 }
 
 type headerField struct{ name, value string }
@@ -38,15 +46,38 @@ func mergeable(lower string) bool {
 	return strings.HasPrefix(lower, "x-amz-meta-") || strings.HasPrefix(lower, "x-amz-grant-")
 }
 
-// readHeaders builds the view, refusing a repeated header that cannot be merged.
+// readHeaders builds a view of h and query's x-amz-* parameters (headers.go's
+// view), refusing a repeated header that cannot be merged.
 func readHeaders(h *fasthttp.RequestHeader, query *fasthttp.Args) (*headerView, *apiError) {
-	v := &headerView{fields: make([]headerField, 0, 16), index: make(map[string]int, 16)}
+	v := &headerView{}
+	var a stringArena
+	a.grow(headerBytes(h, query))
+	return v, v.read(h, query, &a)
+}
+
+// headerBytes is the room read needs in its arena: every name twice (as
+// sent and lower-cased) and every value.
+func headerBytes(h *fasthttp.RequestHeader, query *fasthttp.Args) int {
+	n := 0
+	for k, val := range h.All() {
+		n += 2*len(k) + len(val)
+	}
+	for k, val := range query.All() {
+		if hasPrefixFold(k, "x-amz-") {
+			n += len(k) + len(val)
+		}
+	}
+	return n
+}
+
+// read fills the view (which must be empty) from h and query, cutting every
+// string it keeps from a; it refuses a repeated header that cannot be merged.
+func (v *headerView) read(h *fasthttp.RequestHeader, query *fasthttp.Args, a *stringArena) *apiError {
+	v.fields, v.raw = v.fieldsBuf[:0], v.rawBuf[:0]
 	var refused *apiError
-	add := func(name, value string) {
-		lower := strings.ToLower(name)
-		i, seen := v.index[lower]
-		if !seen {
-			v.index[lower] = len(v.fields)
+	add := func(lower, value string) {
+		i := v.index(lower)
+		if i < 0 {
 			v.fields = append(v.fields, headerField{lower, value})
 			return
 		}
@@ -57,14 +88,75 @@ func readHeaders(h *fasthttp.RequestHeader, query *fasthttp.Args) (*headerView, 
 		v.fields[i].value += "," + value
 	}
 	for k, val := range h.All() {
-		add(string(k), string(val))
+		name, value := a.add(k), a.add(val)
+		v.raw = append(v.raw, sigv4.HeaderField{Name: name, Value: value})
+		add(a.lower(name), value)
 	}
 	for k, val := range query.All() {
-		if name := strings.ToLower(string(k)); strings.HasPrefix(name, "x-amz-") && !presignParams[name] {
-			add(name, string(val))
+		if !hasPrefixFold(k, "x-amz-") {
+			continue
+		}
+		if name := a.lower(a.add(k)); !presignParams[name] {
+			add(name, a.add(val))
 		}
 	}
-	return v, refused
+	return refused
+}
+
+// index is the position of the header name (lower case) in fields, or -1.
+func (v *headerView) index(name string) int {
+	for i := range v.fields {
+		if v.fields[i].name == name {
+			return i
+		}
+	}
+	return -1
+}
+
+// hasPrefixFold reports whether b starts with prefix (lower case ASCII) in
+// any letter case.
+func hasPrefixFold(b []byte, prefix string) bool {
+	return len(b) >= len(prefix) && strings.EqualFold(string(b[:len(prefix)]), prefix)
+}
+
+// stringArena copies the short strings of one request's header section into
+// one allocation. A string it returned stays valid and unchanged: the
+// builder only ever appends.
+type stringArena struct{ b strings.Builder }
+
+func (a *stringArena) grow(n int) { a.b.Grow(n) }
+
+// add copies p into the arena.
+func (a *stringArena) add(p []byte) string {
+	start := a.b.Len()
+	a.b.Write(p)
+	return a.b.String()[start:]
+}
+
+// lower is s in lower case: s itself when it has no upper-case letter, else
+// a lower-cased copy in the arena. Only ASCII is folded here; anything else
+// goes to strings.ToLower as before.
+func (a *stringArena) lower(s string) string {
+	upper := false
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if c >= 0x80 {
+			return strings.ToLower(s)
+		}
+		upper = upper || 'A' <= c && c <= 'Z'
+	}
+	if !upper {
+		return s
+	}
+	start := a.b.Len()
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if 'A' <= c && c <= 'Z' {
+			c += 'a' - 'A'
+		}
+		a.b.WriteByte(c)
+	}
+	return a.b.String()[start:]
 }
 
 // readByGateway are headers the gateway itself acts on besides forwarding.
@@ -76,7 +168,7 @@ var readByGateway = map[string]bool{
 
 // get returns the (merged) value of a header; name is lower case.
 func (v *headerView) get(name string) string {
-	if i, ok := v.index[name]; ok {
+	if i := v.index(name); i >= 0 {
 		return v.fields[i].value
 	}
 	return ""
@@ -113,8 +205,30 @@ func upstreamName(lower string) string {
 	if strings.HasPrefix(lower, "x-amz-meta-") {
 		return lower
 	}
+	if n, ok := canonicalNames[lower]; ok {
+		return n
+	}
 	return http.CanonicalHeaderKey(lower)
 }
+
+// canonicalNames are the canonical forms of the headers most requests
+// forward, made once rather than per request.
+var canonicalNames = func() map[string]string {
+	m := map[string]string{}
+	for n := range standardForwarded {
+		m[n] = http.CanonicalHeaderKey(n)
+	}
+	for _, n := range []string{"x-amz-acl", "x-amz-tagging", "x-amz-storage-class", "x-amz-copy-source",
+		"x-amz-copy-source-range", "x-amz-metadata-directive", "x-amz-tagging-directive",
+		"x-amz-checksum-algorithm", "x-amz-sdk-checksum-algorithm", "x-amz-expected-bucket-owner",
+		"x-amz-server-side-encryption", "x-amz-website-redirect-location"} {
+		m[n] = http.CanonicalHeaderKey(n)
+	}
+	for n := range store.ChecksumHeaders {
+		m[n] = http.CanonicalHeaderKey(n)
+	}
+	return m
+}()
 
 // grantsAccess reports whether the request sets an ACL (a canned ACL or an
 // explicit grant): that can make data public at the store, so it needs admin.

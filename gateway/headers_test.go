@@ -194,3 +194,36 @@ func validToken(s string) bool {
 }
 
 func bufioReader(s string) *bufio.Reader { return bufio.NewReader(strings.NewReader(s)) }
+
+// The view's strings are its own copies: fasthttp reuses a connection's
+// header buffers for its next request, which must not change what the
+// request being served read (its signature, its key, its metadata).
+func TestHeaderViewOutlivesTheBuffer(t *testing.T) {
+	var req fasthttp.Request
+	req.Header.DisableNormalizing()
+	if err := req.Header.Read(bufioReader("PUT /b/k?x-amz-acl=private HTTP/1.1\r\nHost: h\r\nX-Amz-Meta-Note: first\r\nx-amz-meta-note: again\r\nContent-Type: text/plain\r\n\r\n")); err != nil {
+		t.Fatal(err)
+	}
+	v, e := readHeaders(&req.Header, req.URI().QueryArgs())
+	if e != nil {
+		t.Fatal(e)
+	}
+	req.Reset()
+	req.Header.DisableNormalizing()
+	if err := req.Header.Read(bufioReader("GET /x/y?x-amz-acl=public-read HTTP/1.1\r\nHost: other\r\nX-Amz-Meta-Note: SECOND\r\nx-amz-meta-note: XXXXXX\r\nContent-Type: xxxx/xxxxx\r\n\r\n")); err != nil {
+		t.Fatal(err)
+	}
+	_ = req.URI().QueryArgs() // parsed into the same buffers
+	if v.get("x-amz-meta-note") != "first,again" || v.get("content-type") != "text/plain" || v.get("x-amz-acl") != "private" {
+		t.Fatalf("the view changed with the buffer: %+v", v.fields)
+	}
+	// (fasthttp lists the headers it keeps apart, Host and Content-Type, first.)
+	want := []string{"Host", "h", "Content-Type", "text/plain", "X-Amz-Meta-Note", "first", "x-amz-meta-note", "again"}
+	var got []string
+	for _, f := range v.raw {
+		got = append(got, f.Name, f.Value)
+	}
+	if strings.Join(got, "|") != strings.Join(want, "|") {
+		t.Fatalf("raw headers %q, want %q", got, want)
+	}
+}

@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"math/bits"
 	"net/http"
 	"sort"
 
@@ -189,9 +190,68 @@ var knownUnsupported = map[string]bool{
 	"abac": true, "rename": true,
 }
 
-// Classify maps a request to its operation. hasQuery reports whether a query
-// parameter is present (with any value); copySource reports x-amz-copy-source.
+// Classify maps a request to its operation. queryKeys are the names of its
+// query parameters (with any value); copySource reports x-amz-copy-source.
 func Classify(method string, bucket, key string, queryKeys []string, copySource bool) Op {
+	var q querySubresources
+	for _, k := range queryKeys {
+		if q.add(k) {
+			break
+		}
+	}
+	return q.classify(method, bucket, key, copySource)
+}
+
+// classifyArgs is Classify of a request's own query, read where it lies.
+func classifyArgs(method string, bucket, key string, query *fasthttp.Args, copySource bool) Op {
+	var q querySubresources
+	for k := range query.All() {
+		// A map index by string(k) copies nothing.
+		if knownUnsupported[string(k)] {
+			q.unsupported = string(k)
+			break
+		}
+		if i, ok := selectingIndex[string(k)]; ok {
+			q.present |= 1 << i
+		}
+	}
+	return q.classify(method, bucket, key, copySource)
+}
+
+// querySubresources is what of a query selects an operation: which of
+// selectingSubresources it names, and the first unsupported one it names.
+type querySubresources struct {
+	present     uint64 // bit i: selectingSubresources[i]
+	unsupported string
+}
+
+// add notes one parameter name; true when it is an unsupported one, which
+// decides the operation whatever follows.
+func (q *querySubresources) add(k string) bool {
+	if knownUnsupported[k] {
+		q.unsupported = k
+		return true
+	}
+	if i, ok := selectingIndex[k]; ok {
+		q.present |= 1 << i
+	}
+	return false
+}
+
+// selectingIndex is each selecting subresource's position in the order they
+// are tried.
+var selectingIndex = func() map[string]uint {
+	if len(selectingSubresources) > 64 {
+		panic("querySubresources.present holds 64 subresources")
+	}
+	m := make(map[string]uint, len(selectingSubresources))
+	for i, s := range selectingSubresources {
+		m[s] = uint(i)
+	}
+	return m
+}()
+
+func (q *querySubresources) classify(method string, bucket, key string, copySource bool) Op {
 	level := store.LevelService
 	if bucket != "" {
 		level = store.LevelBucket
@@ -199,19 +259,12 @@ func Classify(method string, bucket, key string, queryKeys []string, copySource 
 			level = store.LevelObject
 		}
 	}
-	present := make(map[string]bool, len(queryKeys))
-	for _, k := range queryKeys {
-		present[k] = true
-		if knownUnsupported[k] {
-			return Op{Name: "Unsupported:" + k, Level: level, Unsupported: true}
-		}
+	if q.unsupported != "" {
+		return Op{Name: "Unsupported:" + q.unsupported, Level: level, Unsupported: true}
 	}
 	sub := ""
-	for _, s := range selectingSubresources {
-		if present[s] {
-			sub = s
-			break
-		}
+	if q.present != 0 {
+		sub = selectingSubresources[bits.TrailingZeros64(q.present)]
 	}
 	if o, ok := opTable[opKey{method, level, sub, copySource && method == http.MethodPut}]; ok {
 		return o

@@ -1,7 +1,6 @@
 package gateway
 
 import (
-	"bytes"
 	"net/url"
 	"strings"
 )
@@ -10,10 +9,10 @@ import (
 // virtual-host name under one of domains ("bucket.s3.example.com") or from the
 // first path segment (path style). Both spellings, and `+` versus `%2B`, yield the
 // same key bytes: the key is the percent-decoded path, where `+` stays `+`.
-func route(host, rawPath []byte, domains []string) (bucket, key string, ok bool) {
-	h := string(stripPort(host))
+func route(host, rawPath string, domains []string) (bucket, key string, ok bool) {
+	h := stripPort(host)
 	// PathUnescape decodes %XX only: a path's `+` is a plus sign.
-	path, err := url.PathUnescape(string(rawPath))
+	path, err := url.PathUnescape(rawPath)
 	if err != nil {
 		return "", "", false
 	}
@@ -32,8 +31,8 @@ func route(host, rawPath []byte, domains []string) (bucket, key string, ok bool)
 	return bucket, key, true
 }
 
-func stripPort(host []byte) []byte {
-	if i := bytes.LastIndexByte(host, ':'); i >= 0 && !bytes.Contains(host[i:], []byte("]")) {
+func stripPort(host string) string {
+	if i := strings.LastIndexByte(host, ':'); i >= 0 && !strings.Contains(host[i:], "]") {
 		return host[:i]
 	}
 	return host

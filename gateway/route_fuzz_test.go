@@ -76,7 +76,7 @@ func FuzzRoute(f *testing.F) {
 		f.Add("bucket.s3.local:9000", path)
 	}
 	f.Fuzz(func(t *testing.T, host, path string) {
-		bucket, key, ok := route([]byte(host), []byte(path), fuzzDomains)
+		bucket, key, ok := route(host, path, fuzzDomains)
 		if !ok {
 			return
 		}
@@ -87,7 +87,7 @@ func FuzzRoute(f *testing.F) {
 			return // refused by admit
 		}
 		again := func(host string, path []byte) {
-			b, k, ok := route([]byte(host), path, fuzzDomains)
+			b, k, ok := route(host, string(path), fuzzDomains)
 			if !ok || b != bucket || k != key {
 				t.Fatalf("route(%q, %q) = %q, %q; its encoding %q routes to %q, %q (ok %v)", host, path, bucket, key, path, b, k, ok)
 			}
@@ -126,7 +126,7 @@ func FuzzClassifyRequest(f *testing.F) {
 			return // not a request fasthttp reads: it never reaches admit
 		}
 		uri := req.URI()
-		bucket, key, ok := route(req.Header.Host(), uri.PathOriginal(), fuzzDomains)
+		bucket, key, ok := route(string(req.Header.Host()), string(uri.PathOriginal()), fuzzDomains)
 		if !ok {
 			return
 		}
@@ -141,6 +141,10 @@ func FuzzClassifyRequest(f *testing.F) {
 		m := string(req.Header.Method())
 		hasCopy := hdr.get("x-amz-copy-source") != ""
 		op := Classify(m, bucket, key, queryKeys, hasCopy)
+		if viaArgs := classifyArgs(methodName(req.Header.Method()), bucket, key, uri.QueryArgs(), hasCopy); viaArgs.Name != op.Name ||
+			viaArgs.Unsupported != op.Unsupported || viaArgs.Level != op.Level {
+			t.Fatalf("%q: %s from the query's names, %s from the query itself", raw, op.Name, viaArgs.Name)
+		}
 
 		// The same request with its query in another order is the same
 		// operation (an unsupported one may be named after another of its
@@ -202,7 +206,7 @@ func FuzzClassifyRequest(f *testing.F) {
 			if err := again.Header.Read(bufioReader("GET " + enc + " HTTP/1.1\r\nHost: h\r\n\r\n")); err != nil {
 				t.Fatalf("key %q: its escaped target %q is not read: %v", key, enc, err)
 			}
-			b, k, ok := route(again.Header.Host(), again.URI().PathOriginal(), nil)
+			b, k, ok := route(string(again.Header.Host()), string(again.URI().PathOriginal()), nil)
 			if !ok || b != bucket || k != key {
 				t.Fatalf("key %q: its escaped target %q routes to %q, %q (ok %v)", key, enc, b, k, ok)
 			}

@@ -19,12 +19,12 @@ func TestRoute(t *testing.T) {
 		{"my.bucket.localhost:9000", "/k", "my.bucket", "k"},
 		{"s3.local:9000", "/b/k", "b", "k"},
 	} {
-		b, k, ok := route([]byte(c.host), []byte(c.path), domains)
+		b, k, ok := route(c.host, c.path, domains)
 		if !ok || b != c.bucket || k != c.key {
 			t.Errorf("route(%q, %q) = %q, %q, %v; want %q, %q", c.host, c.path, b, k, ok, c.bucket, c.key)
 		}
 	}
-	if _, _, ok := route([]byte("h"), []byte("/b/%zz"), nil); ok {
+	if _, _, ok := route("h", "/b/%zz", nil); ok {
 		t.Error("accepted a malformed escape")
 	}
 }

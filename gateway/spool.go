@@ -37,18 +37,64 @@ type spool struct {
 	memory, disk  prometheus.Gauge
 	fellBack      prometheus.Counter
 	waits         prometheus.Counter
-	buffers       sync.Pool // *[]byte of cap inMemory
+	buffers       spoolBuffers
 }
 
 func newSpool(cfg *Config, m *metrics) *spool {
 	sp := &spool{max: cfg.SpoolMax, inMemory: min(cfg.SpoolMemory, cfg.SpoolMax), dir: cfg.SpoolDir,
 		budget: semaphore.NewWeighted(max(cfg.SpoolBudget, 1)),
 		memory: m.spoolMemory, disk: m.spoolDisk, fellBack: m.spoolFellBack, waits: m.spoolWaits}
-	sp.buffers.New = func() any {
-		b := make([]byte, 0, sp.inMemory)
-		return &b
-	}
+	sp.buffers.init(max(sp.inMemory, 0))
 	return sp
+}
+
+// spoolBuffers pools the in-memory bodies' buffers by size, in powers of two
+// from minSpoolBuffer up to the spool's memory size: a 64 KiB body takes a
+// 64 KiB buffer, not one the size of the largest body memory may hold (which
+// would hold, and fault in, far more memory than the budget counts).
+type spoolBuffers struct {
+	max   int64
+	pools []sync.Pool // pools[i]: *[]byte of cap size(i), empty
+}
+
+const minSpoolBuffer = 4 << 10
+
+func (p *spoolBuffers) init(max int64) {
+	p.max = max
+	n := 1
+	for p.size(n-1) < max {
+		n++
+	}
+	p.pools = make([]sync.Pool, n)
+}
+
+func (p *spoolBuffers) size(class int) int64 { return min(int64(minSpoolBuffer)<<class, p.max) }
+
+// class is the smallest class whose buffers hold n bytes (n <= max).
+func (p *spoolBuffers) class(n int64) int {
+	c := 0
+	for p.size(c) < n && c < len(p.pools)-1 {
+		c++
+	}
+	return c
+}
+
+// get is an empty buffer of at least n bytes' capacity.
+func (p *spoolBuffers) get(n int64) *[]byte {
+	c := p.class(n)
+	if b, ok := p.pools[c].Get().(*[]byte); ok {
+		return b
+	}
+	b := make([]byte, 0, p.size(c))
+	return &b
+}
+
+// put empties b and keeps it for a later body of its class.
+func (p *spoolBuffers) put(b *[]byte) {
+	*b = (*b)[:0]
+	if c := p.class(int64(cap(*b))); p.size(c) == int64(cap(*b)) {
+		p.pools[c].Put(b)
+	}
 }
 
 // spooled is one body held whole: in memory or in an unlinked temporary file
@@ -86,7 +132,7 @@ func (sp *spool) fill(src io.Reader, n int64) (*spooled, error) {
 	s.refs.Store(1)
 	var err error
 	if n <= sp.inMemory {
-		s.buf = sp.buffers.Get().(*[]byte)
+		s.buf = sp.buffers.get(n)
 		b := (*s.buf)[:n]
 		_, err = io.ReadFull(src, b)
 		*s.buf = b
@@ -134,17 +180,19 @@ func (sp *spool) fill(src io.Reader, n int64) (*spooled, error) {
 // sending's hold on the body.
 func (s *spooled) reader() io.ReadCloser {
 	s.refs.Add(1)
-	var r io.Reader
+	r := &spoolReader{s: s}
 	if s.file != nil {
-		r = io.NewSectionReader(s.file, 0, s.n)
+		r.Reader = io.NewSectionReader(s.file, 0, s.n)
 	} else {
-		r = bytes.NewReader(*s.buf)
+		r.mem.Reset(*s.buf)
+		r.Reader = &r.mem
 	}
-	return &spoolReader{Reader: r, s: s}
+	return r
 }
 
 type spoolReader struct {
 	io.Reader
+	mem  bytes.Reader // the in-memory body's reader, allocated with this one
 	s    *spooled
 	once sync.Once
 }
@@ -170,8 +218,7 @@ func (s *spooled) release() {
 			s.file.Close()
 			s.sp.disk.Sub(float64(s.n))
 		} else if s.buf != nil {
-			*s.buf = (*s.buf)[:0]
-			s.sp.buffers.Put(s.buf)
+			s.sp.buffers.put(s.buf)
 			s.sp.memory.Sub(float64(s.n))
 		}
 		s.sp.held.Add(-s.n)
@@ -210,7 +257,7 @@ func (sp *spool) fillUpTo(src io.Reader, limit int64) (*spooled, error) {
 		sp.held.Add(-n)
 		sp.budget.Release(n)
 	}
-	buf := sp.buffers.Get().(*[]byte)
+	buf := sp.buffers.get(sp.inMemory)
 	b := (*buf)[:cap(*buf)]
 	if int64(len(b)) > limit+1 {
 		b = b[:limit+1]
@@ -238,8 +285,7 @@ func (sp *spool) fillUpTo(src io.Reader, limit int64) (*spooled, error) {
 		}
 	}
 	fail := func(err error) (*spooled, error) {
-		*buf = (*buf)[:0]
-		sp.buffers.Put(buf)
+		sp.buffers.put(buf)
 		giveBack(limit)
 		return nil, err
 	}
@@ -267,8 +313,7 @@ func (sp *spool) fillUpTo(src io.Reader, limit int64) (*spooled, error) {
 		f.Close()
 		return fail(err)
 	}
-	*buf = (*buf)[:0]
-	sp.buffers.Put(buf)
+	sp.buffers.put(buf)
 	s := &spooled{sp: sp, file: f, n: total}
 	s.refs.Store(1)
 	giveBack(limit - total)

@@ -35,6 +35,12 @@ type BodyReader struct {
 
 	done bool
 	err  error
+
+	// Held here so a body costs as few allocations as it can: the plain
+	// source, and the room finish reads sums into (through the hash
+	// interface, a local array would escape).
+	known plainKnown
+	sum   [64]byte
 }
 
 // Body wraps the raw request body (as the HTTP server delivers it, already
@@ -72,7 +78,8 @@ func (a *Auth) Body(raw io.Reader) (*BodyReader, error) {
 		b.chunked = newChunkedDecoder(a, raw)
 		b.src = b.chunked
 	case a.ContentLength >= 0:
-		b.src = &plainKnown{r: raw, remain: a.ContentLength}
+		b.known = plainKnown{r: raw, remain: a.ContentLength}
+		b.src = &b.known
 	default:
 		b.src = &plainStream{r: raw}
 	}
@@ -138,7 +145,7 @@ func (b *BodyReader) Read(p []byte) (int, error) {
 // lengths and signatures.
 func (b *BodyReader) finish() error {
 	a := b.auth
-	var sum [64]byte
+	sum := &b.sum
 	if a.Payload == PayloadSHA256 {
 		got := b.algo[ckSHA256].Sum(sum[:0])
 		if !bytes.Equal(got, a.payloadHash[:]) {

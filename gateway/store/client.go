@@ -60,7 +60,10 @@ const (
 // sent twice (docs/DESIGN.md, W4), and http.Transport replays only bodiless
 // GET/HEAD/OPTIONS on a dead idle connection, which are safe.
 type Client struct {
-	base      *url.URL
+	base *url.URL
+	// root is what NewRequest's requests have of base, as http.NewRequest
+	// makes it from the base's root: parsed once here, not per request.
+	root      *http.Request
 	creds     aws.Credentials
 	region    string
 	signer    *v4.Signer
@@ -80,7 +83,7 @@ func New(cfg Config) (*Client, error) {
 	}
 	tr := &http.Transport{
 		Proxy:               nil,
-		DialContext:         (&net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
+		DialContext:         dialCopyConns((&net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second}).DialContext),
 		MaxIdleConns:        1024,
 		MaxIdleConnsPerHost: 512,
 		IdleConnTimeout:     90 * time.Second,
@@ -90,8 +93,13 @@ func New(cfg Config) (*Client, error) {
 		ReadBufferSize:     256 << 10,
 		TLSClientConfig:    &tls.Config{InsecureSkipVerify: cfg.InsecureTLS}, //nolint:gosec // opt-in, for test stores
 	}
+	root, err := http.NewRequest(http.MethodGet, u.Scheme+"://"+u.Host+"/", nil)
+	if err != nil {
+		return nil, err
+	}
 	c := &Client{
 		base:   u,
+		root:   root,
 		creds:  aws.Credentials{AccessKeyID: cfg.AccessKey, SecretAccessKey: cfg.SecretKey},
 		region: region,
 		signer: v4.NewSigner(func(o *v4.SignerOptions) {
@@ -121,8 +129,8 @@ func (c *Client) NewRequest(ctx context.Context, method string, level Level, buc
 	if level == LevelObject && (bucket == "" || key == "") {
 		return nil, errObjectWithoutKey
 	}
-	path := make([]byte, 0, len(c.base.Path)+len(bucket)+len(key)+8)
-	path = append(path, c.base.Path...)
+	var buf [256]byte // most paths are built here, on the stack; string(path) is their one copy
+	path := append(buf[:0], c.base.Path...)
 	if bucket != "" {
 		path = append(path, '/')
 		path = append(path, bucket...)
@@ -133,10 +141,12 @@ func (c *Client) NewRequest(ctx context.Context, method string, level Level, buc
 	} else {
 		path = append(path, '/')
 	}
-	req, err := http.NewRequestWithContext(ctx, method, c.base.Scheme+"://"+c.base.Host+"/", nil)
+	// An empty URL parses to nothing: the scheme and host are the root's.
+	req, err := http.NewRequestWithContext(ctx, method, "", nil)
 	if err != nil {
 		return nil, err
 	}
+	req.URL.Scheme, req.URL.Host, req.URL.Path, req.Host = c.root.URL.Scheme, c.root.URL.Host, c.root.URL.Path, c.root.Host
 	// Opaque carries the path exactly as escaped here, both on the request line
 	// and in the signature.
 	req.URL.Opaque = string(path)
@@ -148,14 +158,20 @@ func (c *Client) NewRequest(ctx context.Context, method string, level Level, buc
 // once (a bodiless read may be repeated on a fresh connection, see
 // connPool.roundTrip). req's context bounds the exchange and the answer's body.
 func (c *Client) Send(req *http.Request, payloadHash string) (*http.Response, error) {
-	req.Header.Set("X-Amz-Content-Sha256", payloadHash)
-	if err := c.signer.SignHTTP(req.Context(), c.creds, req, payloadHash, "s3", c.region, time.Now()); err != nil {
+	if err := c.Sign(req, payloadHash); err != nil {
 		return nil, err
 	}
 	if c.conns != nil && (req.Method == http.MethodGet || req.Method == http.MethodHead) {
 		return c.conns.roundTrip(req)
 	}
 	return c.transport.RoundTrip(req)
+}
+
+// Sign signs req for the store with fencegate's own credentials and
+// payloadHash as its x-amz-content-sha256; Send does it before sending.
+func (c *Client) Sign(req *http.Request, payloadHash string) error {
+	req.Header.Set("X-Amz-Content-Sha256", payloadHash)
+	return c.signer.SignHTTP(req.Context(), c.creds, req, payloadHash, "s3", c.region, time.Now())
 }
 
 // SendUnsigned sends req without any credentials, as an anonymous client

@@ -36,7 +36,8 @@ func TestNewRequestPath(t *testing.T) {
 		{LevelObject, "b", "a b/c+d%", "/base/b/a%20b/c%2Bd%25"},
 	} {
 		req, err := c.NewRequest(context.Background(), http.MethodGet, tc.level, tc.bucket, tc.key, "x=1")
-		if err != nil || req.URL.Opaque != tc.want || req.URL.RawQuery != "x=1" {
+		if err != nil || req.URL.Opaque != tc.want || req.URL.RawQuery != "x=1" ||
+			req.URL.Scheme != "http" || req.URL.Host != "store:8333" || req.Host != "store:8333" || req.URL.RequestURI() != tc.want+"?x=1" {
 			t.Errorf("%q/%q: %v %q, want %q", tc.bucket, tc.key, err, req.URL.Opaque, tc.want)
 		}
 	}

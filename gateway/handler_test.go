@@ -1,0 +1,45 @@
+package gateway
+
+import (
+	"bytes"
+	"encoding/json"
+	"log/slog"
+	"testing"
+)
+
+// A request's one log line: its fields, as the JSON log writes them.
+func TestRequestLogLine(t *testing.T) {
+	var out bytes.Buffer
+	s := newBenchServer(t, slog.New(slog.NewJSONHandler(&out, nil)))
+	ctx := recordedRequest(t, "GET", "/bench/objects/k-000123", nil)
+	r, e := s.admit(ctx)
+	if e != nil {
+		t.Fatal(e)
+	}
+	ctx.Response.SetStatusCode(206)
+	r.out = &countingBody{n: 1234}
+	s.finish(ctx, r, nil)
+	var line map[string]any
+	if err := json.Unmarshal(out.Bytes(), &line); err != nil {
+		t.Fatalf("%v: %s", err, out.Bytes())
+	}
+	want := map[string]any{
+		"level": "INFO", "msg": "request", "request_id": r.id, "op": "GetObject", "method": "GET",
+		"bucket": "bench", "key": "objects/k-000123", "status": 206.0, "bytes_in": 0.0, "bytes_out": 1234.0,
+		"remote": "0.0.0.0:0", "access_key": testKey.ID,
+	}
+	for k, v := range want {
+		if line[k] != v {
+			t.Errorf("%s: %v, want %v", k, line[k], v)
+		}
+	}
+	if _, ok := line["ms"].(float64); !ok {
+		t.Errorf("ms: %v, want a number", line["ms"])
+	}
+	if _, ok := line["time"].(string); !ok {
+		t.Errorf("time: %v", line["time"])
+	}
+	if len(line) != len(want)+2 {
+		t.Errorf("fields %v", line)
+	}
+}
