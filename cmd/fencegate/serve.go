@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"strings"
@@ -146,12 +147,13 @@ func cmdServe(ctx context.Context, args []string) error {
 	return runServe(ctx, cfg, nil)
 }
 
-func newLogger(level string) *slog.Logger {
+// newLogger logs JSON lines to w at level.
+func newLogger(w io.Writer, level string) *slog.Logger {
 	var l slog.Level
 	if err := l.UnmarshalText([]byte(level)); err != nil {
 		l = slog.LevelInfo
 	}
-	return slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: l}))
+	return slog.New(slog.NewJSONHandler(w, &slog.HandlerOptions{Level: l}))
 }
 
 // runServe runs the gateway until ctx ends. started, if set, is told the bound
@@ -160,7 +162,9 @@ func runServe(ctx context.Context, cfg serveConfig, started func(s3Addr, adminAd
 	if err := cfg.validate(); err != nil {
 		return err
 	}
-	log := newLogger(cfg.LogLevel)
+	logOut := newLogWriter(os.Stderr)
+	defer logOut.Close()
+	log := newLogger(logOut, cfg.LogLevel)
 	keyText, err := loadServerKey(cfg.ServerKey, cfg.ServerKeyFile)
 	if err != nil {
 		return err

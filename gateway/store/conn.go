@@ -40,9 +40,10 @@ func newConnPool(addr string) *connPool {
 	return &connPool{addr: addr, dialer: net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second}}
 }
 
-func (p *connPool) get(ctx context.Context) (sc *conn, reused bool, err error) {
+// get takes an idle connection, or dials one (always, with fresh).
+func (p *connPool) get(ctx context.Context, fresh bool) (sc *conn, reused bool, err error) {
 	p.mu.Lock()
-	if n := len(p.idle); n > 0 {
+	if n := len(p.idle); n > 0 && !fresh {
 		sc = p.idle[n-1]
 		p.idle = p.idle[:n-1]
 		p.mu.Unlock()
@@ -73,14 +74,16 @@ func (p *connPool) put(sc *conn) {
 
 // roundTrip sends a signed, bodiless request and reads the answer's header.
 // The body is the returned Body's. A pooled connection the store has closed
-// meanwhile is retried once on a new one, as net/http does: only GET and HEAD
-// come this way, and repeating them is safe (W4 is about writes).
+// meanwhile is retried once on a newly dialled one (not another pooled one:
+// a store that closes idle connections closes them all, and after a quiet
+// spell every pooled one is dead), as net/http does: only GET and HEAD come
+// this way, and repeating them is safe (W4 is about writes).
 func (p *connPool) roundTrip(req *http.Request) (*http.Response, error) {
 	if req.Body != nil && req.Body != http.NoBody {
 		return nil, errors.New("the store's own connections carry bodiless requests only")
 	}
 	for attempt := 0; ; attempt++ {
-		sc, reused, err := p.get(req.Context())
+		sc, reused, err := p.get(req.Context(), attempt > 0)
 		if err != nil {
 			return nil, err
 		}

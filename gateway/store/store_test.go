@@ -4,10 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
 )
 
 func newTestClient(t *testing.T, h http.HandlerFunc) *Client {
@@ -218,5 +220,52 @@ func TestKeyUploads(t *testing.T) {
 	ups, err := c.KeyUploads(context.Background(), "b", "a b+c")
 	if err != nil || len(ups) != 2 || ups[0].UploadID != "u1" || ups[1].UploadID != "u2" || ups[1].Initiated.Second() != 50 || requests != 2 {
 		t.Fatalf("KeyUploads = %+v, %v after %d requests; want u1 and u2 in 2 requests", ups, err, requests)
+	}
+}
+
+// After the store closed every idle connection (a quiet spell past its idle
+// timeout), a GET still gets through: the stale pooled connection it took
+// first is retried on a newly dialled one, not on another stale one.
+func TestGetAfterStoreClosedIdleConnections(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = w.Write([]byte("body"))
+	}))
+	t.Cleanup(srv.Close)
+	p := newConnPool(strings.TrimPrefix(srv.URL, "http://"))
+	get := func() error {
+		req, _ := http.NewRequestWithContext(context.Background(), "GET", srv.URL+"/b/k", nil)
+		resp, err := p.roundTrip(req)
+		if err != nil {
+			return err
+		}
+		defer resp.Body.Close()
+		b, err := io.ReadAll(resp.Body)
+		if err == nil && string(b) != "body" {
+			err = fmt.Errorf("body %q", b)
+		}
+		return err
+	}
+	// Three connections in the pool: three GETs open at once, then each
+	// read through (which gives its connection back).
+	var open []*http.Response
+	for range 3 {
+		req, _ := http.NewRequestWithContext(context.Background(), "GET", srv.URL+"/b/k", nil)
+		resp, err := p.roundTrip(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		open = append(open, resp)
+	}
+	for _, resp := range open {
+		_, _ = io.ReadAll(resp.Body)
+		resp.Body.Close()
+	}
+	if n := len(p.idle); n != 3 {
+		t.Fatalf("%d idle connections, want 3", n)
+	}
+	srv.CloseClientConnections()
+	time.Sleep(50 * time.Millisecond) // the closes reach this side
+	if err := get(); err != nil {
+		t.Fatalf("a GET after the store closed its idle connections: %v", err)
 	}
 }
