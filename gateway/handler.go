@@ -60,8 +60,12 @@ func (s *Server) handle(ctx *fasthttp.RequestCtx) {
 	s.finish(ctx, r, nil)
 }
 
+// hasBody reports whether the request declared a body: a Content-Length
+// above 0 or chunked (-1). fasthttp says -2 for a request with neither,
+// which has no body.
 func hasBody(ctx *fasthttp.RequestCtx) bool {
-	return ctx.Request.Header.ContentLength() != 0
+	n := ctx.Request.Header.ContentLength()
+	return n > 0 || n == -1
 }
 
 func (s *Server) refuse(ctx *fasthttp.RequestCtx, r *request, e *apiError) {
