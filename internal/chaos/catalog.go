@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"regexp"
+	"strconv"
 	"strings"
 	"time"
 
@@ -106,7 +107,8 @@ type attemptRecord struct {
 // settled. A PUT with no attempt was never sent (the attempt row comes before
 // any byte reaches the store); one whose attempt was committed or adopted
 // took effect with that generation; one whose attempt failed was proven not
-// written. These are the gateways' claims, and the check holds them to it: a
+// written, unless it failed only because a later generation superseded it
+// (settleFromAttempts). These are the gateways' claims, and the check holds them to it: a
 // value read after its write was declared failed is a violation. Copies,
 // Completes and deletes carry no checksum: one with no attempt of its kind on
 // its key begun while it ran was never sent; otherwise it stays unknown.
@@ -159,26 +161,42 @@ func (c *catalog) settleUnknowns(ctx context.Context, ops []history.Op, start ti
 			counts[op.Settled]++
 			continue
 		}
-		as := byValue[op.Key+" "+crc32Base64(bodyOf(op.Value))]
-		switch {
-		case len(as) == 0:
-			op.Outcome, op.Settled = history.Failed, "no attempt: never sent"
-		default:
-			op.Settled = "stays unknown: attempt " + as[0].state
-			for _, a := range as {
-				switch a.state {
-				case "committed", "adopted":
-					op.Outcome, op.Gen, op.Settled = history.OK, a.gen, "landed: attempt "+a.state
-				case "failed":
-					if op.Outcome == history.Unknown {
-						op.Outcome, op.Settled = history.Failed, "not written: attempt failed ("+firstWords(a.reason, 6)+")"
-					}
-				}
-			}
-		}
+		settleFromAttempts(op, byValue[op.Key+" "+crc32Base64(bodyOf(op.Value))])
 		counts[op.Settled]++
 	}
 	return counts, nil
+}
+
+// settleFromAttempts settles an unknown PUT from the attempts recorded
+// with its value's checksum. An attempt failed because a later fenced
+// generation superseded it is not proof that it was never written: it can
+// no longer land, but it may have landed before, and been overwritten
+// straight at the store before anyone settled the key (the settling HEAD
+// then sees the other bytes and cannot tell). Such a PUT stays unknown, its
+// effect, if any, before the superseding generation; any other failure
+// (nothing sent, the store refused it, its body never completed) is a
+// proof, and the PUT did not take effect.
+func settleFromAttempts(op *history.Op, as []attemptRecord) {
+	if len(as) == 0 {
+		op.Outcome, op.Settled = history.Failed, "no attempt: never sent"
+		return
+	}
+	op.Settled = "stays unknown: attempt " + as[0].state
+	for _, a := range as {
+		switch {
+		case a.state == "committed" || a.state == "adopted":
+			op.Outcome, op.Gen, op.Settled, op.Before = history.OK, a.gen, "landed: attempt "+a.state, 0
+		case a.state == "failed" && strings.HasPrefix(a.reason, "superseded by generation"):
+			if op.Outcome == history.Unknown {
+				op.Settled = "stays unknown: superseded (it may have landed before the generation that superseded it)"
+				op.Before, _ = strconv.ParseInt(digits.FindString(a.reason), 10, 64)
+			}
+		case a.state == "failed":
+			if op.Outcome == history.Unknown {
+				op.Outcome, op.Settled = history.Failed, "not written: attempt failed ("+firstWords(a.reason, 6)+")"
+			}
+		}
+	}
 }
 
 // attemptBegins are the times attempts began, per key and operation, in ns

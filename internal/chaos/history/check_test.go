@@ -34,8 +34,12 @@ func (o Op) settled(how string) Op    { o.Settled = how; return o }
 func (o Op) on(key string) Op         { o.Key = key; return o }
 func (o Op) answered(etag string) Op  { o.ETag = etag; return o }
 func (o Op) detail(detail string) Op  { o.Detail = detail; return o }
-func history(ops ...Op) []Op          { return number(ops) }
-func number(ops []Op) []Op            { return numberFrom(ops, 1) }
+func (o Op) supersededBy(gen int64) Op {
+	o.Outcome, o.Gen, o.Before = Unknown, 0, gen
+	return o
+}
+func history(ops ...Op) []Op { return number(ops) }
+func number(ops []Op) []Op   { return numberFrom(ops, 1) }
 func numberFrom(ops []Op, id int64) []Op {
 	for i := range ops {
 		ops[i].ID = id + int64(i)
@@ -47,6 +51,14 @@ func numberFrom(ops []Op, id int64) []Op {
 // be found linearizable (a checker that is too strict fails here).
 func TestValidHistories(t *testing.T) {
 	cases := map[string][]Op{
+		"a superseded unknown write read before the generation that superseded it": history(
+			put(1, "a", 1, 0, 1),
+			put(2, "b", 0, 2, 3).supersededBy(3), // landed, then overwritten straight at the store
+			get(3, "b", 4, 5),
+			put(4, "x", 0, 6, 7).direct(),
+			put(1, "c", 3, 8, 9),
+			get(3, "c", 10, 11),
+		),
 		"concurrent writes, reads seeing either order": history(
 			put(1, "a", 1, 0, 10),
 			put(2, "b", 2, 0, 10),
@@ -245,6 +257,12 @@ func TestExcludedIfMatch(t *testing.T) {
 // be found not linearizable, and the failure must name the key.
 func TestIllegalHistories(t *testing.T) {
 	cases := map[string][]Op{
+		"a superseded unknown write read after the generation that superseded it": history(
+			put(1, "a", 1, 0, 1),
+			put(2, "b", 0, 2, 3).supersededBy(2), // held at the store past the fence
+			put(1, "c", 2, 4, 5),
+			get(3, "b", 6, 7),
+		),
 		"stale read after an acknowledged write": history(
 			put(1, "a", 1, 0, 1),
 			put(2, "b", 2, 2, 3),

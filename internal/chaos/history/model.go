@@ -107,7 +107,9 @@ func step(s State, op *Op) (bool, State) {
 		if s.Ended {
 			return true, s
 		}
-		if !s.holds(op) {
+		if !s.holds(op) || op.Before > 0 && s.Gen >= op.Before {
+			// The condition is false, or the generation that superseded
+			// it is already in place: no effect here.
 			return false, s
 		}
 		n := s.after(op, 0)

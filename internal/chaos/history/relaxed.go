@@ -131,7 +131,7 @@ func closure(s State, ps []phantom, ret int64) states {
 // no-op if not. It allows at least what step allows.
 func plainStep(s State, op *Op) (bool, State) {
 	if op.Outcome == Unknown {
-		if s.holds(op) {
+		if s.holds(op) && (op.Before == 0 || s.Gen < op.Before) {
 			return true, s.after(op, 0)
 		}
 		return true, s
