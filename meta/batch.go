@@ -82,13 +82,7 @@ func (c *Catalog) BatchStats() (calls, batches, resent int64) {
 // call runs one Acquire or Commit in the next batch and waits for its end.
 func (c *Catalog) call(ctx context.Context, bc *batchedCall) error {
 	if c.SingleCalls {
-		b := &pgx.Batch{}
-		bc.queue(b)
-		err := c.Pool.SendBatch(ctx, b).Close()
-		if err == nil && bc.notify != "" {
-			c.notifyOutbox(bc.notify)
-		}
-		return err
+		return c.sendAlone(ctx, bc)
 	}
 	bc.ctx, bc.done, bc.lead = ctx, make(chan struct{}), make(chan struct{}, 1)
 	w := &c.writes
@@ -222,18 +216,28 @@ func (c *Catalog) sendBatch(calls []*batchedCall) {
 		}
 		return
 	}
-	// PostgreSQL refused a statement and rolled the batch back: nothing of
-	// it was written, so each call goes again on its own.
+	// PostgreSQL reported an error, so the batch's implicit transaction did
+	// not commit, and each call goes again on its own. (A FATAL that ends the
+	// connection just after the commit would make a call repeat what it did:
+	// an acquire then fails on its own attempt id and a commit finds its
+	// lease released, both errors, as a lost connection's would be.)
 	for _, bc := range live {
-		if bc.err = bc.ctx.Err(); bc.err != nil {
-			continue
-		}
-		one := &pgx.Batch{}
-		bc.queue(one)
-		if bc.err = c.Pool.SendBatch(bc.ctx, one).Close(); bc.err == nil && bc.notify != "" {
-			c.notifyOutbox(bc.notify)
+		if bc.err = bc.ctx.Err(); bc.err == nil {
+			bc.err = c.sendAlone(bc.ctx, bc)
 		}
 	}
+}
+
+// sendAlone sends one call in a transaction of its own, and its commit's
+// outbox wake-up after it (notify.go).
+func (c *Catalog) sendAlone(ctx context.Context, bc *batchedCall) error {
+	b := &pgx.Batch{}
+	bc.queue(b)
+	err := c.Pool.SendBatch(ctx, b).Close()
+	if err == nil && bc.notify != "" {
+		c.notifyOutbox(bc.notify)
+	}
+	return err
 }
 
 func cmpBool(a, b bool) int {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -72,7 +71,7 @@ func TestMeasureCommitCost(t *testing.T) {
 		workers := run.workers
 		calls0, batches0, _ := c.BatchStats()
 		var n atomic.Int64
-		cpu0, tx0 := groupCPU(pg.Pid()), xmax(t, c)
+		cpu0, tx0 := groupCPU(pg.Pid()), writeTxns(t, c)
 		stop := time.Now().Add(dur)
 		var wg sync.WaitGroup
 		for w := range workers {
@@ -106,46 +105,19 @@ func TestMeasureCommitCost(t *testing.T) {
 			mode = fmt.Sprintf("batched (%.1f calls/batch)", float64(calls-calls0)/float64(max(1, batches-batches0)))
 		}
 		t.Logf("%2d writers, %s: %.0f writes/s, PostgreSQL CPU %.3f ms/write, write transactions %.2f/write",
-			workers, mode, ops/dur.Seconds(), 1000*cpu/ops, float64(xmax(t, c)-tx0)/ops)
+			workers, mode, ops/dur.Seconds(), 1000*cpu/ops, float64(writeTxns(t, c)-tx0)/ops)
 	}
 }
 
-func xmax(t *testing.T, c *Catalog) int64 {
-	var n int64
-	if err := c.Pool.QueryRow(context.Background(), `SELECT pg_snapshot_xmax(pg_current_snapshot())::text::bigint`).Scan(&n); err != nil {
-		t.Fatal(err)
-	}
-	return n
-}
-
-// groupCPU is the CPU seconds of the postmaster pgid and its children.
+// groupCPU is the CPU seconds of the postmaster pgid and its children:
+// user, system or both (FENCEGATE_MEASURE_CPU=user|system).
 func groupCPU(pgid int) float64 {
-	ents, _ := os.ReadDir("/proc")
-	var ticks int64
-	for _, e := range ents {
-		b, err := os.ReadFile("/proc/" + e.Name() + "/stat")
-		if err != nil {
-			continue
-		}
-		s := string(b)
-		f := strings.Fields(s[strings.LastIndexByte(s, ')')+2:])
-		// Backends and PostgreSQL's own processes are the postmaster's
-		// children, each in a process group of its own (they call setsid).
-		g, _ := strconv.Atoi(f[2])
-		if pp, _ := strconv.Atoi(f[1]); g != pgid && pp != pgid {
-			continue
-		}
-		fields := []int{11, 12, 13, 14}
-		switch os.Getenv("FENCEGATE_MEASURE_CPU") {
-		case "user":
-			fields = []int{11, 13}
-		case "system":
-			fields = []int{12, 14}
-		}
-		for _, i := range fields {
-			v, _ := strconv.ParseInt(f[i], 10, 64)
-			ticks += v
-		}
+	user, system := stack.GroupCPU(pgid)
+	switch os.Getenv("FENCEGATE_MEASURE_CPU") {
+	case "user":
+		return user
+	case "system":
+		return system
 	}
-	return float64(ticks) / 100
+	return user + system
 }

@@ -169,7 +169,7 @@ func busyCPU() float64 {
 		n, _ := strconv.ParseInt(v, 10, 64)
 		t += n
 	}
-	return float64(t) / clockTick
+	return float64(t) / stack.ClockTick
 }
 
 // ownCPU is the CPU seconds used by everything the benchmark runs.
@@ -213,77 +213,19 @@ func startFencegate(ctx context.Context, bin, dir, dbURL string, store stack.End
 // stack helpers do not expose every child's pid).
 func childPid(comm string) int {
 	me := os.Getpid()
-	for _, p := range procStats() {
-		if p.ppid == me && p.comm == comm {
-			return p.pid
+	for _, p := range stack.Processes() {
+		if p.PPid == me && p.Comm == comm {
+			return p.Pid
 		}
 	}
 	return 0
 }
 
-type procStat struct {
-	pid, ppid, pgrp int
-	comm            string
-	ticks           int64 // utime+stime+cutime+cstime
-}
-
-// procStats reads /proc/*/stat for every process.
-func procStats() []procStat {
-	ents, _ := os.ReadDir("/proc")
-	var out []procStat
-	for _, e := range ents {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		if p, ok := readStat(pid); ok {
-			out = append(out, p)
-		}
-	}
-	return out
-}
-
-func readStat(pid int) (procStat, bool) {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return procStat{}, false
-	}
-	s := string(b)
-	lp, rp := strings.IndexByte(s, '('), strings.LastIndexByte(s, ')')
-	if lp < 0 || rp < lp {
-		return procStat{}, false
-	}
-	f := strings.Fields(s[rp+1:])
-	if len(f) < 15 {
-		return procStat{}, false
-	}
-	p := procStat{pid: pid, comm: s[lp+1 : rp]}
-	p.ppid, _ = strconv.Atoi(f[1])
-	p.pgrp, _ = strconv.Atoi(f[2])
-	for _, i := range []int{11, 12, 13, 14} { // utime stime cutime cstime
-		n, _ := strconv.ParseInt(f[i], 10, 64)
-		p.ticks += n
-	}
-	return p, true
-}
-
-// clockTick is USER_HZ, 100 on every Linux this runs on.
-const clockTick = 100.0
-
-// groupCPU is the CPU seconds used so far by the processes of group pgid and
-// their direct children (PostgreSQL's backends call setsid, leaving the
-// postmaster's group), reaped children included through cutime/cstime.
+// groupCPU is the CPU seconds used so far by the processes of group pgid
+// and their direct children (stack.GroupCPU).
 func groupCPU(pgid int) float64 {
-	if pgid == 0 {
-		return 0
-	}
-	var t int64
-	for _, p := range procStats() {
-		if p.pgrp == pgid || p.ppid == pgid {
-			t += p.ticks
-		}
-	}
-	return float64(t) / clockTick
+	u, sys := stack.GroupCPU(pgid)
+	return u + sys
 }
 
 // vacuum asks SeaweedFS to compact overwritten objects between rounds, so
