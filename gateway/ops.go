@@ -195,7 +195,7 @@ var knownUnsupported = map[string]bool{
 func Classify(method string, bucket, key string, queryKeys []string, copySource bool) Op {
 	var q querySubresources
 	for _, k := range queryKeys {
-		if q.add(k) {
+		if addName(&q, k) {
 			break
 		}
 	}
@@ -206,13 +206,8 @@ func Classify(method string, bucket, key string, queryKeys []string, copySource 
 func classifyArgs(method string, bucket, key string, query *fasthttp.Args, copySource bool) Op {
 	var q querySubresources
 	for k := range query.All() {
-		// A map index by string(k) copies nothing.
-		if knownUnsupported[string(k)] {
-			q.unsupported = string(k)
+		if addName(&q, k) {
 			break
-		}
-		if i, ok := selectingIndex[string(k)]; ok {
-			q.present |= 1 << i
 		}
 	}
 	return q.classify(method, bucket, key, copySource)
@@ -225,14 +220,16 @@ type querySubresources struct {
 	unsupported string
 }
 
-// add notes one parameter name; true when it is an unsupported one, which
-// decides the operation whatever follows.
-func (q *querySubresources) add(k string) bool {
-	if knownUnsupported[k] {
-		q.unsupported = k
+// addName notes one parameter name in q; true when it is an unsupported
+// one, which decides the operation whatever follows. A name as bytes (a
+// request's own query) is looked up without a copy: a map index by
+// string(k) copies nothing.
+func addName[K string | []byte](q *querySubresources, k K) bool {
+	if knownUnsupported[string(k)] {
+		q.unsupported = string(k)
 		return true
 	}
-	if i, ok := selectingIndex[k]; ok {
+	if i, ok := selectingIndex[string(k)]; ok {
 		q.present |= 1 << i
 	}
 	return false
