@@ -186,15 +186,18 @@ func (l *Lease) Commit(ctx context.Context, landed Landed) (int64, error) {
 // parked, the commit hands it the lease in the same transaction (handed),
 // so a hot key costs one round trip per write, not a commit and an acquire.
 func (l *Lease) commitHandingOver(ctx context.Context, cp CommitParams) (gen int64, handed bool, err error) {
-	key := [2]string{l.Bucket, l.Key}
-	next, np := l.m.queues.claimHead(key)
-	if next == nil {
-		gen, err = l.m.db.Commit(ctx, cp)
-		return gen, false, err
+	next, np := l.m.queues.claimHead([2]string{l.Bucket, l.Key})
+	var sid string
+	var epoch uint64
+	if next != nil {
+		var serr error
+		if sid, epoch, serr = l.m.sess.current(); serr != nil {
+			// No session to lease the key under: the waiter asks itself.
+			l.m.queues.handOver(next, handOff{})
+			next = nil
+		}
 	}
-	sid, epoch, serr := l.m.sess.current()
-	if serr != nil {
-		l.m.queues.handOver(next, handOff{})
+	if next == nil {
 		gen, err = l.m.db.Commit(ctx, cp)
 		return gen, false, err
 	}
