@@ -3,7 +3,7 @@ package lease_test
 import (
 	"context"
 	"errors"
-	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -74,35 +74,20 @@ func TestHandOverInArrivalOrder(t *testing.T) {
 	}
 }
 
-// handOverCounting counts a Manager's acquires and hand-over commits.
+// handOverCounting counts a Manager's acquires (countingAcquires) and its
+// hand-over commits.
 type handOverCounting struct {
-	*meta.Catalog
-	acquires, handOvers, handed int
-	mu                          sync.Mutex
-}
-
-func (c *handOverCounting) Acquire(ctx context.Context, p meta.AcquireParams) (*meta.Acquired, error) {
-	c.mu.Lock()
-	c.acquires++
-	c.mu.Unlock()
-	return c.Catalog.Acquire(ctx, p)
+	countingAcquires
+	handOvers, handed atomic.Int64
 }
 
 func (c *handOverCounting) CommitHandOver(ctx context.Context, p meta.CommitParams, next meta.AcquireParams) (int64, *meta.Acquired, error) {
 	gen, acq, err := c.Catalog.CommitHandOver(ctx, p, next)
-	c.mu.Lock()
-	c.handOvers++
+	c.handOvers.Add(1)
 	if acq != nil {
-		c.handed++
+		c.handed.Add(1)
 	}
-	c.mu.Unlock()
 	return gen, acq, err
-}
-
-func (c *handOverCounting) counts() (acquires, handOvers, handed int) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.acquires, c.handOvers, c.handed
 }
 
 // The holder's commit hands the key to the writer of its gateway waiting
@@ -115,7 +100,7 @@ func TestCommitHandsTheKeyToTheNextWriter(t *testing.T) {
 	for _, otherWaits := range []bool{false, true} {
 		t.Run(map[bool]string{false: "handed", true: "another gateway waits"}[otherWaits], func(t *testing.T) {
 			c := catalog(t)
-			db := &handOverCounting{Catalog: c}
+			db := &handOverCounting{countingAcquires: countingAcquires{Catalog: c}}
 			m := lease.NewManager(lease.Config{TTL: 30 * time.Second, WaitMax: 20 * time.Second, WaitPoll: 10 * time.Second}, db, nil)
 			ctx := context.Background()
 			req := lease.Request{Bucket: "b", Key: "hand-over-" + meta.NewID(), Op: "put", DeclaredSize: 1}
@@ -155,8 +140,8 @@ func TestCommitHandsTheKeyToTheNextWriter(t *testing.T) {
 			if l == nil {
 				t.FailNow()
 			}
-			acquires, handOvers, handed := db.counts()
-			wantAcquires, wantHanded := 2, 1 // the holder's, the waiter's refused one
+			acquires, handOvers, handed := db.n.Load(), db.handOvers.Load(), db.handed.Load()
+			wantAcquires, wantHanded := int64(2), int64(1) // the holder's, the waiter's refused one
 			if otherWaits {
 				wantAcquires, wantHanded = 3, 0 // and the waiter's own after the release
 			}
