@@ -93,6 +93,13 @@ func (c *Catalog) call(ctx context.Context, bc *batchedCall) error {
 		w.inFlight++
 	}
 	w.mu.Unlock()
+	if lead {
+		// Nothing was in flight: this call leads the next batch, which
+		// holds it (unless another call went beside a slow leader first).
+		c.sendQueued()
+		<-bc.done
+		return bc.err
+	}
 	stuckAfter := cmp.Or(w.stuckAfter, stuckBatch)
 	stuck := time.NewTimer(stuckAfter)
 	defer stuck.Stop()
