@@ -57,8 +57,9 @@ const (
 
 // Client sends requests to the store, signed with fencegate's own
 // credentials. It never retries: a write whose outcome is unknown must not be
-// sent twice (docs/DESIGN.md, W4), and http.Transport replays only bodiless
-// GET/HEAD/OPTIONS on a dead idle connection, which are safe.
+// sent twice (docs/DESIGN.md, W4). http.Transport replays only bodiless
+// GET/HEAD/OPTIONS on a dead idle connection, and the client's own
+// connections (conn.go) only GET and HEAD, which are safe.
 type Client struct {
 	base *url.URL
 	// root is what NewRequest's requests have of base, as http.NewRequest
@@ -68,7 +69,7 @@ type Client struct {
 	region    string
 	signer    *v4.Signer
 	transport *http.Transport
-	conns     *connPool // GET and HEAD to a plain-HTTP store (conn.go)
+	conns     *connPool // GET, HEAD and small bodies to a plain-HTTP store (conn.go)
 }
 
 // New makes a client for the store cfg names. It does not contact the store.
@@ -161,7 +162,7 @@ func (c *Client) Send(req *http.Request, payloadHash string) (*http.Response, er
 	if err := c.Sign(req, payloadHash); err != nil {
 		return nil, err
 	}
-	if c.conns != nil && (req.Method == http.MethodGet || req.Method == http.MethodHead) {
+	if c.conns != nil && carries(req) {
 		return c.conns.roundTrip(req)
 	}
 	return c.transport.RoundTrip(req)
@@ -182,7 +183,7 @@ func (c *Client) SendUnsigned(req *http.Request) (*http.Response, error) {
 	req.Header.Del("X-Amz-Content-Sha256")
 	req.Header.Del("X-Amz-Date")
 	req.Header.Del("X-Amz-Security-Token")
-	if c.conns != nil && (req.Method == http.MethodGet || req.Method == http.MethodHead) {
+	if c.conns != nil && carries(req) {
 		return c.conns.roundTrip(req)
 	}
 	return c.transport.RoundTrip(req)

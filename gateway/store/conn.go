@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"strconv"
 	"sync"
 	"syscall"
 	"time"
@@ -16,8 +17,12 @@ import (
 // GET and HEAD answers travel over the client's own HTTP/1.1 connections to
 // the store rather than net/http's transport: a large body can then be
 // spliced from the store's socket to the client's in the kernel (splice.go),
-// which net/http's buffered body reader hides. Only plain-HTTP stores
-// qualify; the rest of the traffic keeps the transport.
+// which net/http's buffered body reader hides. Requests with a small body of
+// known length (a small PutObject, an UploadPart, an XML document) come this
+// way too: the calling goroutine writes the request and reads the answer
+// itself, where the transport hands each request to a writer and a reader
+// goroutine of its connection and back. Only plain-HTTP stores qualify; the
+// rest of the traffic (large bodies, TLS) keeps the transport.
 
 // conn is one keep-alive connection to the store.
 type conn struct {
@@ -40,16 +45,26 @@ func newConnPool(addr string) *connPool {
 	return &connPool{addr: addr, dialer: net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second}}
 }
 
-// get takes an idle connection, or dials one (always, with fresh).
-func (p *connPool) get(ctx context.Context, fresh bool) (sc *conn, reused bool, err error) {
-	p.mu.Lock()
-	if n := len(p.idle); n > 0 && !fresh {
+// get takes an idle connection, or dials one (always, with fresh). With
+// checked, an idle connection the store has closed is skipped (closed here),
+// as net/http's transport drops them: a write is sent once (W4), so it must
+// not find out that its connection is dead by sending on it.
+func (p *connPool) get(ctx context.Context, fresh, checked bool) (sc *conn, reused bool, err error) {
+	for !fresh {
+		p.mu.Lock()
+		n := len(p.idle)
+		if n == 0 {
+			p.mu.Unlock()
+			break
+		}
 		sc = p.idle[n-1]
 		p.idle = p.idle[:n-1]
 		p.mu.Unlock()
-		return sc, true, nil
+		if !checked || sc.open() {
+			return sc, true, nil
+		}
+		sc.c.Close()
 	}
-	p.mu.Unlock()
 	c, err := p.dialer.DialContext(ctx, "tcp", p.addr)
 	if err != nil {
 		return nil, false, err
@@ -72,19 +87,44 @@ func (p *connPool) put(sc *conn) {
 	}
 }
 
-// roundTrip sends a signed, bodiless request and reads the answer's header.
-// The body is the returned Body's. A pooled connection the store has closed
-// meanwhile is retried once on a newly dialled one (not another pooled one:
-// a store that closes idle connections closes them all, and after a quiet
-// spell every pooled one is dead), as net/http does: only GET and HEAD come
-// this way, and repeating them is safe (W4 is about writes).
-func (p *connPool) roundTrip(req *http.Request) (*http.Response, error) {
-	if req.Body != nil && req.Body != http.NoBody {
-		return nil, errors.New("the store's own connections carry bodiless requests only")
+// maxConnBody is the largest request body the client's own connections
+// carry: one pooled copy buffer's worth (bodycopy.go), so a small object
+// leaves in one write. Larger bodies go through the transport, whose writer
+// and reader run at once (a store may answer early and stop reading).
+const maxConnBody = bodyCopyBufferSize - 4<<10
+
+// carries reports whether the client's own connections take req: GET and
+// HEAD, and any other request whose body has a known length up to
+// maxConnBody.
+func carries(req *http.Request) bool {
+	switch {
+	case req.Method == http.MethodGet || req.Method == http.MethodHead:
+		return req.Body == nil || req.Body == http.NoBody
+	case req.Body == nil || req.Body == http.NoBody:
+		return req.ContentLength == 0
+	default:
+		return req.ContentLength > 0 && req.ContentLength <= maxConnBody
 	}
+}
+
+// roundTrip sends a signed request and reads the answer's header. The body
+// is the returned Body's. A GET or HEAD on a pooled connection the store has
+// closed meanwhile is retried once on a newly dialled one (not another pooled
+// one: a store that closes idle connections closes them all, and after a
+// quiet spell every pooled one is dead), as net/http does: repeating them is
+// safe. Any other request is sent once (W4), on a pooled connection checked
+// to be open just before, as the transport's own would be.
+func (p *connPool) roundTrip(req *http.Request) (*http.Response, error) {
+	if !carries(req) {
+		return nil, errors.New("the store's own connections carry GET, HEAD and small bodies of known length only")
+	}
+	read := req.Method == http.MethodGet || req.Method == http.MethodHead
 	for attempt := 0; ; attempt++ {
-		sc, reused, err := p.get(req.Context(), attempt > 0)
+		sc, reused, err := p.get(req.Context(), attempt > 0, !read)
 		if err != nil {
+			if !read && req.Body != nil {
+				req.Body.Close()
+			}
 			return nil, err
 		}
 		// The caller's context bounds the whole exchange, the wait for the
@@ -105,20 +145,100 @@ func (p *connPool) roundTrip(req *http.Request) (*http.Response, error) {
 		if cerr := req.Context().Err(); cerr != nil {
 			return nil, fmt.Errorf("%w (%w)", cerr, err)
 		}
-		if !reused || attempt > 0 || !staleConnError(err) {
+		if !read || !reused || attempt > 0 || !staleConnError(err) {
 			return nil, err
 		}
 	}
 }
 
 func (sc *conn) exchange(req *http.Request) (*http.Response, error) {
-	if err := req.Write(sc.bw); err != nil {
-		return nil, err
-	}
-	if err := sc.bw.Flush(); err != nil {
-		return nil, err
+	if req.Body != nil && req.Body != http.NoBody {
+		if err := sc.writeWithBody(req); err != nil {
+			return nil, err
+		}
+	} else {
+		if err := req.Write(sc.bw); err != nil {
+			return nil, err
+		}
+		if err := sc.bw.Flush(); err != nil {
+			return nil, err
+		}
 	}
 	return http.ReadResponse(sc.br, req)
+}
+
+// writeWithBody writes req's head and its whole body (req.ContentLength
+// bytes, at most maxConnBody) in one write from a pooled buffer, and closes
+// the body. A body that ends early or runs long is an error and nothing of it
+// is written: the store never sees a request framed on a wrong length.
+func (sc *conn) writeWithBody(req *http.Request) error {
+	defer req.Body.Close()
+	bp := bodyCopyBuffers.Get().(*[]byte)
+	defer bodyCopyBuffers.Put(bp)
+	hw := headWriter((*bp)[:0])
+	hw = append(hw, req.Method...)
+	hw = append(hw, ' ')
+	hw = append(hw, req.URL.RequestURI()...)
+	hw = append(hw, " HTTP/1.1\r\nHost: "...)
+	hw = append(hw, req.Host...)
+	hw = append(hw, "\r\nContent-Length: "...)
+	hw = strconv.AppendInt(hw, req.ContentLength, 10)
+	hw = append(hw, "\r\n"...)
+	if err := req.Header.WriteSubset(&hw, framingHeaders); err != nil {
+		return err
+	}
+	hw = append(hw, "\r\n"...)
+	head := len(hw)
+	size := int(req.ContentLength)
+	if head+size+1 > cap(hw) {
+		return fmt.Errorf("a request head of %d bytes and a body of %d do not fit the %d-byte buffer", head, size, cap(hw))
+	}
+	buf := hw[:head+size+1]
+	// One byte more than the length: a body that runs long is found here.
+	n, err := io.ReadFull(req.Body, buf[head:])
+	switch {
+	case err == io.ErrUnexpectedEOF && n == size:
+	case err == nil:
+		return fmt.Errorf("the request body is longer than its Content-Length %d", size)
+	case err == io.ErrUnexpectedEOF || err == io.EOF:
+		return fmt.Errorf("the request body ended after %d of its %d bytes", n, size)
+	default:
+		return err
+	}
+	_, err = sc.c.Write(buf[:head+size])
+	return err
+}
+
+// headWriter appends what is written to it: Header.WriteSubset's target.
+type headWriter []byte
+
+func (w *headWriter) Write(p []byte) (int, error) {
+	*w = append(*w, p...)
+	return len(p), nil
+}
+
+// framingHeaders are written by writeWithBody itself, never from the header.
+var framingHeaders = map[string]bool{"Host": true, "Content-Length": true, "Transfer-Encoding": true, "Connection": true}
+
+// open reports whether an idle connection is still open: nothing has arrived
+// on it (a store that closed it sent its FIN, which reads as zero bytes) and
+// no error is pending. It peeks without blocking and without consuming.
+func (sc *conn) open() bool {
+	if sc.br.Buffered() > 0 {
+		return false // an idle connection has nothing to read
+	}
+	raw, err := sc.c.SyscallConn()
+	if err != nil {
+		return false
+	}
+	alive := false
+	var buf [1]byte
+	_ = raw.Read(func(fd uintptr) bool {
+		_, _, err := syscall.Recvfrom(int(fd), buf[:], syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
+		alive = err == syscall.EAGAIN || err == syscall.EWOULDBLOCK
+		return true // never wait: the peek's answer is the answer
+	})
+	return alive
 }
 
 // staleConnError is how a keep-alive connection the store closed while idle
