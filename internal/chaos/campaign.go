@@ -45,6 +45,12 @@ type Config struct {
 	// Replay is the command that replays a run, with %d for the seed and %s
 	// for the duration (default: make chaos).
 	Replay string
+	// LatePutsOnly: the store-late fault holds PutObjects only, the writes
+	// whose late landing the history can prove. A late DeleteObject, copy or
+	// CompleteMultipartUpload stays an unknown outcome that may have landed
+	// at any time (its attempt is not bounded by a superseding generation),
+	// so a campaign that must catch a broken fence holds none of them.
+	LatePutsOnly bool
 }
 
 // Report is what a campaign found.

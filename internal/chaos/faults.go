@@ -123,6 +123,11 @@ func keyWrites(r *http.Request) bool {
 	return false
 }
 
+// putObjects matches PutObject: a PUT of a key's bytes, not a part or a copy.
+func putObjects(r *http.Request) bool {
+	return r.Method == http.MethodPut && !r.URL.Query().Has("partNumber") && r.Header.Get("X-Amz-Copy-Source") == ""
+}
+
 func allRequests(*http.Request) bool { return true }
 
 // inject carries out one fault; the next starts when it has ended.
@@ -170,7 +175,11 @@ func (c *Campaign) inject(ctx context.Context, f *Fault) {
 		// loses its database) while they wait, the key's lease passes to
 		// another gateway, and then they are delivered: a stale writer,
 		// which the fence must stop.
-		h := g.storeHTTP.Hold(keyWrites, f.N)
+		match := keyWrites
+		if c.cfg.LatePutsOnly {
+			match = putObjects
+		}
+		h := g.storeHTTP.Hold(match, f.N)
 		var held []faultproxy.Event
 		timeout := time.After(10 * time.Second)
 	wait:
