@@ -258,6 +258,33 @@ func putScratch(s *scratchBuf) {
 	scratchPool.Put(s)
 }
 
+// sign builds r's canonical request in s.canon (signedHeaders, payloadHash;
+// skipQuery as appendCanonicalQuery's skip) and its string to sign in
+// s.sts[64:], and returns the signature under key and where the canonical
+// query sits in s.canon. The Verifier checks a client's signature with it and
+// the Signer signs fencegate's own requests: one canonical form for both.
+func (s *scratchBuf) sign(key *[32]byte, r *Request, skipQuery, signedHeaders, payloadHash, amzDate, scope string) (sig [32]byte, query [2]int) {
+	canon := append(s.canon[:0], r.Method...)
+	canon = append(canon, '\n')
+	canon = appendCanonicalURI(canon, r.RawPath)
+	canon = append(canon, '\n')
+	query[0] = len(canon)
+	canon = appendCanonicalQuery(canon, r.RawQuery, skipQuery, s)
+	query[1] = len(canon)
+	canon = append(canon, '\n')
+	canon = appendCanonicalHeaders(canon, r, signedHeaders)
+	canon = append(canon, '\n')
+	canon = append(canon, signedHeaders...)
+	canon = append(canon, '\n')
+	canon = append(canon, payloadHash...)
+
+	sts := append(s.sts[:0], make([]byte, 64)...) // room for hmacPadded's padded key
+	sts = appendStringToSignPrefix(sts, amzDate, scope)
+	sts = appendHexSum(sts, canon)
+	s.canon, s.sts = canon, sts
+	return hmacPadded(key, sts), query
+}
+
 // appendStringToSignPrefix writes the string to sign up to (and without) the
 // canonical request hash.
 func appendStringToSignPrefix(dst []byte, amzDate, scope string) []byte {

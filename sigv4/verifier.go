@@ -201,23 +201,8 @@ func (v *Verifier) checkSignature(r *Request, c *credential, amzDate, signedHead
 
 	s := scratchPool.Get().(*scratchBuf)
 	defer putScratch(s)
-	canon := append(s.canon[:0], r.Method...)
-	canon = append(canon, '\n')
-	canon = appendCanonicalURI(canon, r.RawPath)
-	canon = append(canon, '\n')
-	canon = appendCanonicalQuery(canon, r.RawQuery, skipQuery, s)
-	canon = append(canon, '\n')
-	canon = appendCanonicalHeaders(canon, r, signedHeaders)
-	canon = append(canon, '\n')
-	canon = append(canon, signedHeaders...)
-	canon = append(canon, '\n')
-	canon = append(canon, payloadHash...)
-
-	sts := append(s.sts[:0], make([]byte, 64)...)
-	sts = appendStringToSignPrefix(sts, amzDate, c.scope)
-	sts = appendHexSum(sts, canon)
-	s.canon, s.sts = canon, sts
-	want := hmacPadded(&key, sts)
+	want, _ := s.sign(&key, r, skipQuery, signedHeaders, payloadHash, amzDate, c.scope)
+	canon, sts := s.canon, s.sts
 	if subtle.ConstantTimeCompare(want[:], provided[:]) != 1 {
 		return [32]byte{}, newErr(CodeSignatureDoesNotMatch, http.StatusForbidden,
 			"The request signature we calculated does not match the signature you provided. Check your key and signing method.",

@@ -19,9 +19,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/aws/aws-sdk-go-v2/aws"
-	v4 "github.com/aws/aws-sdk-go-v2/aws/signer/v4"
-
 	"github.com/fencegate/fencegate/sigv4"
 )
 
@@ -65,9 +62,7 @@ type Client struct {
 	// root is what NewRequest's requests have of base, as http.NewRequest
 	// makes it from the base's root: parsed once here, not per request.
 	root      *http.Request
-	creds     aws.Credentials
-	region    string
-	signer    *v4.Signer
+	signer    *sigv4.Signer
 	transport *http.Transport
 	conns     *connPool // GET, HEAD and small bodies to a plain-HTTP store (conn.go)
 }
@@ -99,14 +94,9 @@ func New(cfg Config) (*Client, error) {
 		return nil, err
 	}
 	c := &Client{
-		base:   u,
-		root:   root,
-		creds:  aws.Credentials{AccessKeyID: cfg.AccessKey, SecretAccessKey: cfg.SecretKey},
-		region: region,
-		signer: v4.NewSigner(func(o *v4.SignerOptions) {
-			// S3 signs the path as sent, without escaping it a second time.
-			o.DisableURIPathEscaping = true
-		}),
+		base:      u,
+		root:      root,
+		signer:    &sigv4.Signer{AccessKey: cfg.AccessKey, SecretKey: cfg.SecretKey, Region: region, Service: "s3"},
 		transport: tr,
 	}
 	if u.Scheme == "http" {
@@ -170,9 +160,32 @@ func (c *Client) Send(req *http.Request, payloadHash string) (*http.Response, er
 
 // Sign signs req for the store with fencegate's own credentials and
 // payloadHash as its x-amz-content-sha256; Send does it before sending.
+// Every header of req is signed (but the hop's own: sigv4.Signer), and its
+// query is rewritten in canonical form, so the store reads the query that
+// was signed.
 func (c *Client) Sign(req *http.Request, payloadHash string) error {
+	amzDate := sigv4.AmzDate(time.Now())
+	req.Header.Del("Authorization")
 	req.Header.Set("X-Amz-Content-Sha256", payloadHash)
-	return c.signer.SignHTTP(req.Context(), c.creds, req, payloadHash, "s3", c.region, time.Now())
+	req.Header.Set("X-Amz-Date", amzDate)
+	r := sigv4.Request{Method: req.Method, Host: req.Host, RawPath: req.URL.Opaque, RawQuery: req.URL.RawQuery}
+	if r.Host == "" {
+		r.Host = req.URL.Host
+	}
+	if r.RawPath == "" {
+		r.RawPath = req.URL.EscapedPath()
+	}
+	var fields [16]sigv4.HeaderField // most store requests carry fewer: no allocation
+	r.Headers = fields[:0]
+	for name, values := range req.Header {
+		for _, v := range values {
+			r.Headers = append(r.Headers, sigv4.HeaderField{Name: name, Value: v})
+		}
+	}
+	signed := c.signer.Sign(&r, amzDate, payloadHash)
+	req.URL.RawQuery = signed.Query
+	req.Header.Set("Authorization", signed.Authorization)
+	return nil
 }
 
 // SendUnsigned sends req without any credentials, as an anonymous client
