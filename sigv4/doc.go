@@ -1,6 +1,8 @@
 // Package sigv4 verifies what S3 clients sign and send: the gateway's front
 // door. It is pure code (no network, no server types): the gateway adapts
 // its requests into a Request and hands the raw body over as an io.Reader.
+// Its Signer signs fencegate's own requests to the store on the same
+// canonical request.
 //
 // # Flow
 //
