@@ -165,7 +165,6 @@ func (c *Client) Send(req *http.Request, payloadHash string) (*http.Response, er
 // was signed.
 func (c *Client) Sign(req *http.Request, payloadHash string) error {
 	amzDate := sigv4.AmzDate(time.Now())
-	req.Header.Del("Authorization")
 	req.Header.Set("X-Amz-Content-Sha256", payloadHash)
 	req.Header.Set("X-Amz-Date", amzDate)
 	r := sigv4.Request{Method: req.Method, Host: req.Host, RawPath: req.URL.Opaque, RawQuery: req.URL.RawQuery}

@@ -98,14 +98,22 @@ const maxConnBody = bodyCopyBufferSize - 4<<10
 // maxConnBody.
 func carries(req *http.Request) bool {
 	switch {
-	case req.Method == http.MethodGet || req.Method == http.MethodHead:
-		return req.Body == nil || req.Body == http.NoBody
-	case req.Body == nil || req.Body == http.NoBody:
+	case repeatable(req):
+		return bodiless(req)
+	case bodiless(req):
 		return req.ContentLength == 0
 	default:
 		return req.ContentLength > 0 && req.ContentLength <= maxConnBody
 	}
 }
+
+// repeatable: GET and HEAD, the requests the client's own connections may
+// send again on a fresh connection.
+func repeatable(req *http.Request) bool {
+	return req.Method == http.MethodGet || req.Method == http.MethodHead
+}
+
+func bodiless(req *http.Request) bool { return req.Body == nil || req.Body == http.NoBody }
 
 // roundTrip sends a signed request and reads the answer's header. The body
 // is the returned Body's. A GET or HEAD on a pooled connection the store has
@@ -118,7 +126,7 @@ func (p *connPool) roundTrip(req *http.Request) (*http.Response, error) {
 	if !carries(req) {
 		return nil, errors.New("the store's own connections carry GET, HEAD and small bodies of known length only")
 	}
-	read := req.Method == http.MethodGet || req.Method == http.MethodHead
+	read := repeatable(req)
 	for attempt := 0; ; attempt++ {
 		sc, reused, err := p.get(req.Context(), attempt > 0, !read)
 		if err != nil {
@@ -152,7 +160,7 @@ func (p *connPool) roundTrip(req *http.Request) (*http.Response, error) {
 }
 
 func (sc *conn) exchange(req *http.Request) (*http.Response, error) {
-	if req.Body != nil && req.Body != http.NoBody {
+	if !bodiless(req) {
 		if err := sc.writeWithBody(req); err != nil {
 			return nil, err
 		}
