@@ -3,6 +3,7 @@ package main
 import (
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -189,5 +190,33 @@ func TestFloorRows(t *testing.T) {
 	}
 	if md := markdown(machine{}, recs); !strings.Contains(md, "| PUT 4 KiB c=1 | 1.00 [0.8-1.20] (p99 4.00) | 2.00 [2.00-2.50] | 3.20 [3.00-3.30] |") {
 		t.Errorf("PERFORMANCE.md lacks the floor row:\n%s", md)
+	}
+}
+
+// The hop table pairs the relay's rounds with the store's, beside fencegate's,
+// and gives the hot key's one-writer-at-a-time ceiling round by round.
+func TestHopRows(t *testing.T) {
+	recs := issue15Recs(true)
+	// direct PUT 64 KiB c=1 p50 3 ms: 333/s back to back; the store's hot key
+	// runs 20 MiB/s = 320 ops/s, then 640, then 160.
+	recs[6] = rec("direct", hotCell, []float64{20, 40, 10}, r3(70), r3(110), r3(0.002), r3(0))
+	if rows := hopRows(recs); len(rows) != 1 || rows[0][1] != "1.04 [0.521-2.08]x" || rows[0][3] != "0.594 [0.297-1.19]x" {
+		t.Fatalf("without relay records: rows %q, want only the hot key's ceiling 1.04 [0.521-2.08]x beside fencegate's 0.594x", rows)
+	}
+	recs = append(recs,
+		rec(relayTarget, smallPUT, []float64{45, 40, 50}, r3(35), r3(65), []float64{0.0002, 0.0001, 0.0003}, r3(0)),
+		rec(relayTarget, smallGET, r3(80), r3(11), r3(26), r3(0.00009), r3(0)))
+	rows := hopRows(recs)
+	want := [][]string{
+		{cellLabel(smallPUT), "0.9 [0.8-1.00]x", "0.2 [0.1-0.3]", "0.6 [0.6-0.6]x", "0.3 [0.3-0.3]"},
+		{cellLabel(smallGET), "0.8 [0.8-0.8]x", "0.09 [0.09-0.09]", "0.9 [0.9-0.9]x", "0.08 [0.08-0.08]"},
+	}
+	if len(rows) != 3 || !slices.Equal(rows[0], want[0]) || !slices.Equal(rows[1], want[1]) {
+		t.Fatalf("rows %q, want %q then the hot key's", rows, want)
+	}
+	var b strings.Builder
+	printTables(&b, recs)
+	if !strings.Contains(b.String(), "What any gateway pays here") || !strings.Contains(b.String(), "0.9 [0.8-1.00]x") {
+		t.Errorf("printed tables lack the hop table:\n%s", b.String())
 	}
 }

@@ -8,11 +8,15 @@ import (
 	"text/tabwriter"
 )
 
+// tableTargets are the targets the tables list, in order (the relay has
+// cells of its own only).
+var tableTargets = []string{"direct", "fencegate", "versitygw", relayTarget}
+
 // Record is one line of docs/bench-results.json: a (target, op, size, concurrency)
 // cell summarised over its rounds (median, min, max), a streaming-memory run,
 // or the two-transaction floor (target postgresql, op 2TXN: floor.go).
 type Record struct {
-	Target      string  `json:"target"` // direct, fencegate, versitygw (postgresql: the floor)
+	Target      string  `json:"target"` // direct, fencegate, versitygw, relay (postgresql: the floor)
 	Op          string  `json:"op"`     // GET, PUT, PUT1KEY, PUT4KEYS, MULTIPART (2TXN: the floor)
 	SizeBytes   int64   `json:"size_bytes"`
 	Concurrency int     `json:"concurrency"`
@@ -137,7 +141,7 @@ func aggregate(targetName string, c cell, ss []sample) Record {
 	if r.OpsTotal > 0 {
 		r.DBWriteTxnsPerOp = round3(float64(writes) / float64(r.OpsTotal))
 	}
-	r.CPUProcess = map[string]string{"direct": "weed (SeaweedFS)", "fencegate": "fencegate", "versitygw": "versitygw"}[targetName]
+	r.CPUProcess = map[string]string{"direct": "weed (SeaweedFS)", "fencegate": "fencegate", "versitygw": "versitygw", relayTarget: "fencebench's TCP relay"}[targetName]
 	return r
 }
 
@@ -226,7 +230,7 @@ func printTables(w io.Writer, recs []Record) {
 	tw := tabwriter.NewWriter(w, 2, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "cell\ttarget\tops/s\tMiB/s\tp50 ms\tp99 ms\tgateway CPU ms/op\tstore CPU ms/op\tPostgreSQL CPU ms/op\tPostgreSQL write txns/op\terrors")
 	for _, c := range cells(recs) {
-		for _, t := range []string{"direct", "fencegate", "versitygw"} {
+		for _, t := range tableTargets {
 			r := findRec(recs, t, c)
 			if r == nil {
 				continue
@@ -238,7 +242,17 @@ func printTables(w io.Writer, recs []Record) {
 		}
 	}
 	tw.Flush()
-	fmt.Fprintln(w, "(gateway CPU for direct is SeaweedFS's weed process itself; PostgreSQL write txns/op counts transaction ids taken during the cell, over all its rounds)")
+	fmt.Fprintln(w, "(gateway CPU for direct is SeaweedFS's weed process itself, for relay fencebench's bare TCP relay; PostgreSQL write txns/op counts transaction ids taken during the cell, over all its rounds)")
+
+	if rows := hopRows(recs); len(rows) > 0 {
+		fmt.Fprintln(w, "\nWhat any gateway pays here: a bare TCP relay in front of the store (bytes copied both ways, no HTTP), and one writer at a time on the hot key; median [min-max]")
+		tw = tabwriter.NewWriter(w, 2, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, strings.Join(hopHeader, "\t"))
+		for _, row := range rows {
+			fmt.Fprintln(tw, strings.Join(row, "\t"))
+		}
+		tw.Flush()
+	}
 
 	fmt.Fprintln(w, "\nSmall PUT latency at 1 client against the two-transaction floor (two durable PostgreSQL write transactions at 1 client + the store's own PUT p50): median [min-max]")
 	tw = tabwriter.NewWriter(w, 2, 4, 2, ' ', 0)

@@ -18,8 +18,8 @@ import (
 	"github.com/fencegate/fencegate/meta"
 )
 
-// target is one way of reaching the store: straight, through fencegate, or
-// through versitygw's s3 proxy.
+// target is one way of reaching the store: straight, through fencegate,
+// through versitygw's s3 proxy, or through a bare TCP relay (relay.go).
 type target struct {
 	name string
 	stack.Endpoint
@@ -33,6 +33,7 @@ type benchStack struct {
 	sw        *stack.Seaweed
 	vgw       *stack.Versitygw
 	fg        *stack.Fencegate
+	relay     *relay
 	fgClient  stack.Endpoint // fencegate's S3 API and the benchmark's key
 	pgPgid    int
 	vgwPgid   int
@@ -53,6 +54,7 @@ func (s *benchStack) stop() {
 	if s.fg != nil {
 		s.fg.Stop()
 	}
+	s.relay.stop()
 	s.vgw.Stop()
 	s.sw.Stop()
 	s.pg.Stop()
@@ -122,10 +124,15 @@ func startStack(ctx context.Context, s *benchStack, prebuilt, logLevel string) e
 	if s.db, err = pgx.Connect(ctx, s.dbURL); err != nil {
 		return err
 	}
+	var relayEP stack.Endpoint
+	if s.relay, relayEP, err = startRelay(ctx, s.sw.Endpoint); err != nil {
+		return err
+	}
 	s.targets = []target{
 		{name: "direct", Endpoint: s.sw.Endpoint, pgid: s.sw.Pid()},
 		{name: "fencegate", Endpoint: s.fgClient, pgid: s.fg.Pid()},
 		{name: "versitygw", Endpoint: s.vgw.Endpoint, pgid: s.vgwPgid},
+		{name: relayTarget, Endpoint: relayEP, pgid: s.relay.cmd.Process.Pid},
 	}
 	return nil
 }
@@ -180,6 +187,9 @@ func (s *benchStack) ownCPU() float64 {
 	}
 	if s.fg != nil {
 		t += groupCPU(s.fg.Pid())
+	}
+	if s.relay != nil {
+		t += groupCPU(s.relay.cmd.Process.Pid)
 	}
 	return t
 }
