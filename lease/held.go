@@ -226,16 +226,56 @@ func (l *Lease) finish(state, reason string) {
 	}
 	l.finished = true
 	l.mu.Unlock()
-	// Best effort on a fresh context: the request's may be gone. If this fails
-	// the lease simply expires and the attempt is settled by the next writer or
-	// the reconciler.
-	ctx, cancel := l.m.dbctx(context.Background())
-	defer cancel()
 	l.mu.Lock()
 	end := Ending{State: state, Reason: reason, Fence: l.sentWith, Checksum: l.checksum}
 	l.mu.Unlock()
-	_ = l.m.db.Release(ctx, l.Bucket, l.Key, l.AttemptID, end)
-	l.m.queues.released([2]string{l.Bucket, l.Key})
+	l.m.release(l.Bucket, l.Key, l.AttemptID, end)
+}
+
+// release frees holder's lease and records how its attempt ended, on a fresh
+// context (the request's may be gone), and wakes the key's waiters here. If
+// PostgreSQL does not take it, it is tried again in the background: nothing
+// renews the lease any more, but its gateway's session keeps it live until
+// its TTL runs out, and until then every writer of the key would wait.
+func (m *Manager) release(bucket, key, holder string, end Ending) {
+	ctx, cancel := m.dbctx(context.Background())
+	err := m.db.Release(ctx, bucket, key, holder, end)
+	cancel()
+	if err != nil {
+		go m.releaseAgain(bucket, key, holder, end, time.Now().Add(m.cfg.TTL))
+		return
+	}
+	m.queues.released([2]string{bucket, key})
+}
+
+// Pauses between tries of a release that failed: short at first (a dropped
+// connection, a failover), growing while PostgreSQL stays away.
+const (
+	releaseRetryFirst = 50 * time.Millisecond
+	releaseRetryMax   = 2 * time.Second
+)
+
+// releaseAgain tries a failed release again until one is taken or until
+// expired, when the lease has run out anyway (the next writer takes the key
+// over, and the attempt, if still leased, becomes unknown and is settled).
+// Late is safe: the release frees the lease only while holder still holds it,
+// and moves the attempt's state only from leased.
+func (m *Manager) releaseAgain(bucket, key, holder string, end Ending, expired time.Time) {
+	for pause := releaseRetryFirst; ; pause = min(2*pause, releaseRetryMax) {
+		time.Sleep(pause)
+		if time.Now().After(expired) {
+			m.Metrics.ReleaseRetries.WithLabelValues("expired").Inc()
+			return
+		}
+		ctx, cancel := m.dbctx(context.Background())
+		err := m.db.Release(ctx, bucket, key, holder, end)
+		cancel()
+		if err == nil {
+			m.Metrics.ReleaseRetries.WithLabelValues("released").Inc()
+			m.queues.released([2]string{bucket, key})
+			return
+		}
+	}
 }
 
 // Sending records the condition the write goes to the store with: f when

@@ -340,11 +340,8 @@ func (m *Manager) abandonHandOver(req Request, w *waiter) {
 	if !ok || h.acq == nil {
 		return
 	}
-	ctx, cancel := m.dbctx(context.Background())
-	defer cancel()
-	_ = m.db.Release(ctx, req.Bucket, req.Key, h.id, Ending{State: StateFailed,
+	m.release(req.Bucket, req.Key, h.id, Ending{State: StateFailed,
 		Reason: "handed the key after its writer had gone; nothing was sent"})
-	m.queues.released([2]string{req.Bucket, req.Key})
 }
 
 // awaitTurn waits until w should try for the key again: woken (by a release

@@ -221,3 +221,66 @@ func TestLocalDeadlineFiresWhileRenewalHangs(t *testing.T) {
 		t.Fatalf("lost-lease metric %v, want 1", got)
 	}
 }
+
+// failingReleases stands in front of the real catalog and fails the next
+// Release calls (PostgreSQL unreachable for a moment when a writer ends).
+type failingReleases struct {
+	*meta.Catalog
+	fail  atomic.Int64 // how many Release calls still fail
+	calls atomic.Int64
+}
+
+func (f *failingReleases) Release(ctx context.Context, bucket, key, holder string, end lease.Ending) error {
+	f.calls.Add(1)
+	if f.fail.Add(-1) >= 0 {
+		return errors.New("injected: release failed")
+	}
+	return f.Catalog.Release(ctx, bucket, key, holder, end)
+}
+
+// A release that fails is tried again in the background: the key is free
+// again in a moment, not when its lease's TTL runs out, the writer waiting
+// for it is woken and takes it, and the ended attempt keeps the state it
+// ended with (failed), not the unknown a takeover after expiry would give it.
+func TestFailedReleaseIsTriedAgain(t *testing.T) {
+	c := catalog(t)
+	drv := &failingReleases{Catalog: c}
+	m := lease.NewManager(lease.Config{TTL: time.Minute, WaitMax: 5 * time.Second, WaitPoll: 10 * time.Second}, drv, nil)
+	ctx := context.Background()
+	req := lease.Request{Bucket: "b", Key: "release-again", Op: "put", DeclaredSize: 1}
+	l, err := m.Acquire(ctx, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	drv.fail.Store(2)
+	waiting := make(chan struct{})
+	m.Hooks.Waiting = func(bucket, key string) {
+		select {
+		case waiting <- struct{}{}:
+		default:
+		}
+	}
+	got := make(chan error, 1)
+	var l2 *lease.Lease
+	go func() {
+		var err error
+		l2, err = m.Acquire(ctx, req)
+		got <- err
+	}()
+	<-waiting // the second writer found the key held and waits
+	start := time.Now()
+	l.Finish(meta.StateFailed, "test")
+	if err := <-got; err != nil {
+		t.Fatalf("the writer waiting for the key after a failed release: %v (%d releases tried), want the key", err, drv.calls.Load())
+	}
+	if took := time.Since(start); took > 3*time.Second {
+		t.Errorf("the key was free again after %s", took)
+	}
+	if n := drv.calls.Load(); n != 3 {
+		t.Errorf("%d releases tried, want 3 (two failed, the third freed the key)", n)
+	}
+	if s := state(t, c, l.AttemptID); s != meta.StateFailed {
+		t.Errorf("the ended attempt is %s, want failed", s)
+	}
+	l2.Finish(meta.StateFailed, "test")
+}

@@ -4,13 +4,17 @@ import "github.com/prometheus/client_golang/prometheus"
 
 // Metrics counts the protocol's events.
 type Metrics struct {
-	Acquired    prometheus.Counter
-	Waited      prometheus.Counter
-	Refused     *prometheus.CounterVec // reason: conflict (409), busy (503), no_session (503)
-	Lost        prometheus.Counter
-	Commits     prometheus.Counter
-	Unknown     prometheus.Counter
-	Settlements *prometheus.CounterVec // kind: adopted, external, deleted_external, deleted_adopted, in_sync
+	Acquired prometheus.Counter
+	Waited   prometheus.Counter
+	Refused  *prometheus.CounterVec // reason: conflict (409), busy (503), no_session (503)
+	Lost     prometheus.Counter
+	Commits  prometheus.Counter
+	Unknown  prometheus.Counter
+	// ReleaseRetries: releases PostgreSQL did not take, tried again in the
+	// background (held.go), by outcome: released, or expired (given up once
+	// the lease had run out anyway).
+	ReleaseRetries *prometheus.CounterVec
+	Settlements    *prometheus.CounterVec // kind: adopted, external, deleted_external, deleted_adopted, in_sync
 
 	// Gateway sessions.
 	SessionUp            prometheus.Gauge   // 1 while this gateway's session is alive (by its local deadline)
@@ -36,6 +40,8 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		Lost:    prometheus.NewCounter(prometheus.CounterOpts{Name: "fencegate_leases_lost_total", Help: "Leases lost while held (renewal failed or local deadline passed)."}),
 		Commits: prometheus.NewCounter(prometheus.CounterOpts{Name: "fencegate_commits_total", Help: "Generations committed by their writer."}),
 		Unknown: prometheus.NewCounter(prometheus.CounterOpts{Name: "fencegate_unknown_outcomes_total", Help: "Writes whose outcome is unknown (kept as guards)."}),
+		ReleaseRetries: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "fencegate_lease_release_retries_total",
+			Help: "Lease releases that failed (PostgreSQL unreachable) and were tried again in the background, by how that ended: released (the key was freed early) or expired (given up when the lease's TTL had run out)."}, []string{"outcome"}),
 		Settlements: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "fencegate_settlements_total",
 			Help: "Keys settled before a write or by the reconciler, by what was found."}, []string{"kind"}),
 		SessionUp: prometheus.NewGauge(prometheus.GaugeOpts{Name: "fencegate_session_up",
@@ -66,7 +72,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 
 // Register adds the counters to reg.
 func (m *Metrics) Register(reg prometheus.Registerer) {
-	reg.MustRegister(m.Acquired, m.Waited, m.Refused, m.Lost, m.Commits, m.Unknown, m.Settlements,
+	reg.MustRegister(m.Acquired, m.Waited, m.Refused, m.Lost, m.Commits, m.Unknown, m.ReleaseRetries, m.Settlements,
 		m.SessionUp, m.SessionsAlive, m.SessionsLost, m.SessionTakeovers, m.SessionTakeoverDelay,
 		m.Wakeups, m.ListenerUp, m.ListenerLost, m.Notifications)
 }
