@@ -233,6 +233,12 @@ func New(ctx context.Context, cfg Config, deps Deps) (*Server, error) {
 		// per read (BodyStallTimeout).
 		MaxRequestBodySize: 1 << 62,
 		ReadBufferSize:     16 << 10,
+		// A GET's response head and what the store connection's 4 KiB reader
+		// holds of its body fit one buffer, so they leave in one write (with
+		// the 4 KiB default, two) before the rest is spliced (store/splice.go).
+		// Measured with perf stat over GET 64 KiB at 32 clients: 3.0 write
+		// calls per GET instead of 4.0, 13.5 system calls instead of 14.7.
+		WriteBufferSize: 8 << 10,
 		// ReadTimeout is the header timeout: fasthttp arms it at accept (or at a
 		// keep-alive request's first byte) and nothing later re-arms it with
 		// this value. Once the headers are in, the deadline becomes the stall
