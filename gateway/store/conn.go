@@ -12,6 +12,7 @@ import (
 	"sync"
 	"syscall"
 	"time"
+	"unsafe"
 )
 
 // GET and HEAD answers travel over the client's own HTTP/1.1 connections to
@@ -213,8 +214,43 @@ func (sc *conn) writeWithBody(req *http.Request) error {
 	default:
 		return err
 	}
-	_, err = sc.c.Write(buf[:head+size])
-	return err
+	return sc.writeHoldingP(buf[:head+size])
+}
+
+// writeHoldingP writes p to the connection with raw write(2) calls, waiting
+// for the socket through the runtime's poller when it is full. A 64 KiB write
+// to a local store runs the receiver's TCP path inside the call (tens of
+// microseconds), and a goroutine in an ordinary system call that long has its
+// processor taken away by the runtime's monitor and handed to another thread,
+// waking it: two context switches per write on a loaded machine, and a
+// monitor that keeps polling every 20 us. The socket is non-blocking, so a
+// raw call cannot block: it returns EAGAIN when the socket is full.
+func (sc *conn) writeHoldingP(p []byte) error {
+	raw, err := sc.c.SyscallConn()
+	if err != nil {
+		return err
+	}
+	var werr error
+	err = raw.Write(func(fd uintptr) bool {
+		for len(p) > 0 {
+			n, _, e := syscall.RawSyscall(syscall.SYS_WRITE, fd, uintptr(unsafe.Pointer(&p[0])), uintptr(len(p)))
+			switch {
+			case e == syscall.EAGAIN:
+				return false // wait until the socket takes more
+			case e == syscall.EINTR:
+				continue
+			case e != 0:
+				werr = e
+				return true
+			}
+			p = p[n:]
+		}
+		return true
+	})
+	if err != nil {
+		return err
+	}
+	return werr
 }
 
 // headWriter appends what is written to it: Header.WriteSubset's target.

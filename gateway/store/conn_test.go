@@ -193,3 +193,71 @@ func TestIdleConnectionOpen(t *testing.T) {
 		t.Fatal("an idle connection the peer closed reads as open")
 	}
 }
+
+// writeHoldingP waits through the runtime's poller when the socket is full
+// and delivers every byte in order; a peer that is gone is an error, not a
+// hang.
+func TestWriteHoldingPWaitsForAFullSocket(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	accepted := make(chan net.Conn, 1)
+	go func() {
+		c, err := ln.Accept()
+		if err == nil {
+			accepted <- c
+		}
+	}()
+	tc, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tc.Close()
+	peer := <-accepted
+	// Small socket buffers on both sides, and a peer that reads only after a
+	// while: the write fills the socket and must wait, not spin or fail.
+	_ = tc.(*net.TCPConn).SetWriteBuffer(4 << 10)
+	_ = peer.(*net.TCPConn).SetReadBuffer(4 << 10)
+	sc := &conn{c: tc.(*net.TCPConn)}
+	data := make([]byte, maxConnBody)
+	for i := range data {
+		data[i] = byte(i * 7)
+	}
+	got := make(chan []byte, 1)
+	go func() {
+		time.Sleep(200 * time.Millisecond)
+		b, _ := io.ReadAll(io.LimitReader(peer, int64(len(data))))
+		got <- b
+	}()
+	start := time.Now()
+	if err := sc.writeHoldingP(data); err != nil {
+		t.Fatal(err)
+	}
+	if took := time.Since(start); took < 150*time.Millisecond {
+		t.Errorf("the write of %d bytes returned after %s, before the peer read: it did not fill the socket", len(data), took)
+	}
+	if b := <-got; !bytes.Equal(b, data) {
+		t.Fatalf("the peer read %d bytes, not the %d written in order", len(b), len(data))
+	}
+
+	peer.Close()
+	time.Sleep(50 * time.Millisecond)
+	errc := make(chan error, 1)
+	go func() {
+		var err error
+		for i := 0; i < 100 && err == nil; i++ {
+			err = sc.writeHoldingP(data)
+		}
+		errc <- err
+	}()
+	select {
+	case err := <-errc:
+		if err == nil {
+			t.Fatal("writes to a closed peer kept succeeding")
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("a write to a closed peer hung")
+	}
+}
