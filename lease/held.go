@@ -225,8 +225,6 @@ func (l *Lease) finish(state, reason string) {
 		return
 	}
 	l.finished = true
-	l.mu.Unlock()
-	l.mu.Lock()
 	end := Ending{State: state, Reason: reason, Fence: l.sentWith, Checksum: l.checksum}
 	l.mu.Unlock()
 	l.m.release(l.Bucket, l.Key, l.AttemptID, end)
@@ -238,14 +236,22 @@ func (l *Lease) finish(state, reason string) {
 // renews the lease any more, but its gateway's session keeps it live until
 // its TTL runs out, and until then every writer of the key would wait.
 func (m *Manager) release(bucket, key, holder string, end Ending) {
+	if !m.releaseOnce(bucket, key, holder, end) {
+		go m.releaseAgain(bucket, key, holder, end, time.Now().Add(m.cfg.TTL))
+	}
+}
+
+// releaseOnce sends the release once and, if PostgreSQL took it, wakes the
+// key's waiters here.
+func (m *Manager) releaseOnce(bucket, key, holder string, end Ending) bool {
 	ctx, cancel := m.dbctx(context.Background())
 	err := m.db.Release(ctx, bucket, key, holder, end)
 	cancel()
 	if err != nil {
-		go m.releaseAgain(bucket, key, holder, end, time.Now().Add(m.cfg.TTL))
-		return
+		return false
 	}
 	m.queues.released([2]string{bucket, key})
+	return true
 }
 
 // Pauses between tries of a release that failed: short at first (a dropped
@@ -267,12 +273,8 @@ func (m *Manager) releaseAgain(bucket, key, holder string, end Ending, expired t
 			m.Metrics.ReleaseRetries.WithLabelValues("expired").Inc()
 			return
 		}
-		ctx, cancel := m.dbctx(context.Background())
-		err := m.db.Release(ctx, bucket, key, holder, end)
-		cancel()
-		if err == nil {
+		if m.releaseOnce(bucket, key, holder, end) {
 			m.Metrics.ReleaseRetries.WithLabelValues("released").Inc()
-			m.queues.released([2]string{bucket, key})
 			return
 		}
 	}
