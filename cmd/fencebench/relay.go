@@ -179,16 +179,15 @@ func serialCeiling(recs []Record) (stats, bool) {
 	if l == nil || h == nil {
 		return stats{}, false
 	}
-	ops := opsRounds(h)
-	if len(ops) == 0 || len(l.P50MsRounds) != len(ops) {
+	v := writesPerLatency(h, l)
+	if len(v) == 0 {
 		return stats{}, false
 	}
-	var v []float64
-	for i := range ops {
-		if l.P50MsRounds[i] <= 0 || ops[i] <= 0 {
+	for i := range v {
+		if v[i] <= 0 {
 			return stats{}, false
 		}
-		v = append(v, 1000/l.P50MsRounds[i]/ops[i])
+		v[i] = 1 / v[i] // one write per p50, over the store's own rate
 	}
 	return summarize(v), true
 }

@@ -60,17 +60,7 @@ func hotVsLatency(recs []Record, min float64) check {
 	if h == nil || l == nil || h.OpsTotal == 0 || l.P50Ms <= 0 {
 		return ch
 	}
-	var v []float64
-	ops := opsRounds(h)
-	if len(ops) > 0 && len(l.P50MsRounds) == len(ops) {
-		for i := range ops {
-			if l.P50MsRounds[i] <= 0 {
-				v = nil
-				break
-			}
-			v = append(v, ops[i]*l.P50MsRounds[i]/1000)
-		}
-	}
+	v := writesPerLatency(h, l)
 	s := summarize(v)
 	if len(v) == 0 { // no rounds recorded: the medians
 		m := h.OpsPerS * l.P50Ms / 1000
@@ -79,6 +69,24 @@ func hotVsLatency(recs []Record, min float64) check {
 	ch.known, ch.held = true, s.med >= min
 	ch.measured = fmt.Sprintf("%sx (%s ops/s; 1 / p50 = %s/s)", s, num(h.OpsPerS), num(1000/l.P50Ms))
 	return ch
+}
+
+// writesPerLatency is, round by round, hot's operations per second times
+// lat's p50 in seconds: how many of lat's one-client writes hot made in the
+// time one takes. nil when a round is missing or has no latency.
+func writesPerLatency(hot, lat *Record) []float64 {
+	ops := opsRounds(hot)
+	if len(ops) == 0 || len(lat.P50MsRounds) != len(ops) {
+		return nil
+	}
+	var v []float64
+	for i := range ops {
+		if lat.P50MsRounds[i] <= 0 {
+			return nil
+		}
+		v = append(v, ops[i]*lat.P50MsRounds[i]/1000)
+	}
+	return v
 }
 
 // hotTail: on the hot key, fencegate's p99 under max times its p50, round by round.
