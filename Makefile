@@ -8,6 +8,11 @@ PKGS    := ./...
 # go test's own 10-minute default is too short for the conformance package.
 TEST_TIMEOUT ?= 25m
 FUZZTIME     ?= 60s
+# The tests' build: the gateway carries its failpoints (internal/failpoint)
+# only with this tag; the binary `make build` makes carries none. The child
+# gateways the tests start are built with it by the tests themselves
+# (stack.FailpointTag), so a bare `go test` works too.
+TEST_TAGS    := failpoint
 
 export CGO_ENABLED ?= 0
 # aws-sdk-go-v2's default config fails while this is set (docs/DESIGN.md, the test stores).
@@ -26,11 +31,11 @@ run: build
 # Unit and conformance tests against one throwaway PostgreSQL cluster and SeaweedFS.
 test: build
 	scripts/ensure-deps.sh --clients
-	./$(BIN) dev exec -- $(GO) test -count=1 -timeout $(TEST_TIMEOUT) $(PKGS)
+	./$(BIN) dev exec -- $(GO) test -tags $(TEST_TAGS) -count=1 -timeout $(TEST_TIMEOUT) $(PKGS)
 
 test-short: build
 	scripts/ensure-deps.sh
-	./$(BIN) dev exec -- $(GO) test -count=1 -short -timeout $(TEST_TIMEOUT) $(PKGS)
+	./$(BIN) dev exec -- $(GO) test -tags $(TEST_TAGS) -count=1 -short -timeout $(TEST_TIMEOUT) $(PKGS)
 
 # Throughput, latency, CPU and memory: straight to SeaweedFS, through fencegate
 # and through versitygw's s3 proxy, interleaved in one run; starts its own stack
@@ -73,7 +78,7 @@ clean:
 # A 2 GiB PUT and GET through a gateway process: peak RSS growth must stay
 # under 64 MiB (prints the numbers).
 memcheck: build
-	FENCEGATE_MEMCHECK=1 ./$(BIN) dev exec -- $(GO) test -count=1 -v -run TestMemoryStreaming2GiB ./conformance
+	FENCEGATE_MEMCHECK=1 ./$(BIN) dev exec -- $(GO) test -tags $(TEST_TAGS) -count=1 -v -run TestMemoryStreaming2GiB ./conformance
 
 # Mutation check: applies deliberate protocol bugs one at a time (skip the
 # fence, skip the commit's lease check, unknown recorded as failed, no copy
@@ -81,7 +86,7 @@ memcheck: build
 # catch each and fails if any mutant survives (a few minutes; prints a table).
 mutants: build
 	scripts/ensure-deps.sh --clients
-	./$(BIN) dev exec -- scripts/mutants.sh
+	TEST_TAGS='$(TEST_TAGS)' ./$(BIN) dev exec -- scripts/mutants.sh
 
 # The ceph/s3-tests suite (basic profile) through `make run`'s stack, started in
 # bin/s3-tests/stack and stopped at the end; prints the counts and the
@@ -105,4 +110,4 @@ CHAOS_SEED     ?=
 chaos: build
 	scripts/ensure-deps.sh
 	FENCEGATE_CHAOS_DURATION='$(CHAOS_DURATION)' FENCEGATE_CHAOS_SEED='$(CHAOS_SEED)' FENCEGATE_CHAOS_DIR='$(CURDIR)/bin/chaos' \
-		$(GO) test -count=1 -v -timeout 0 -run '^TestChaosCampaign$$' ./conformance
+		$(GO) test -tags $(TEST_TAGS) -count=1 -v -timeout 0 -run '^TestChaosCampaign$$' ./conformance

@@ -45,14 +45,14 @@ func TestChaosCatchesBrokenFence(t *testing.T) {
 	cfg.Bin = filepath.Join(t.TempDir(), "fencegate-brokenfence")
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	if err := stack.BuildFencegate(ctx, cfg.Bin, "fencegate_brokenfence"); err != nil {
+	if err := stack.BuildFencegate(ctx, cfg.Bin, stack.FailpointTag, "fencegate_brokenfence"); err != nil {
 		t.Fatal(err)
 	}
 	cfg.Faults = []string{chaos.FaultStoreLate}
 	// Only a late PutObject can be proved late (see chaos.Config); holding
 	// deletes and copies too left some campaigns with nothing to catch.
 	cfg.LatePutsOnly = true
-	cfg.Replay = "go build -tags fencegate_brokenfence; FENCEGATE_CHAOS_SEED=%d FENCEGATE_CHAOS_DURATION=%s go test -run TestChaosCatchesBrokenFence ./conformance"
+	cfg.Replay = "go build -tags failpoint,fencegate_brokenfence; FENCEGATE_CHAOS_SEED=%d FENCEGATE_CHAOS_DURATION=%s go test -run TestChaosCatchesBrokenFence ./conformance"
 	cfg.FaultEvery = 2 * time.Second
 	rep := runChaos(t, cfg)
 	if !rep.NotLinearizable {

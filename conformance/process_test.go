@@ -27,7 +27,8 @@ var (
 	binPath string
 )
 
-// fencegateBinary builds the binary once per package run, into a folder that
+// fencegateBinary builds the binary once per package run, with the failpoints
+// (stack.FailpointTag) that the kill tests and the campaign arm, into a folder that
 // lasts until the package's tests end (not a test's TempDir).
 func fencegateBinary(t *testing.T) string {
 	t.Helper()
@@ -40,7 +41,7 @@ func fencegateBinary(t *testing.T) string {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 		defer cancel()
 		bin := filepath.Join(dir, "fencegate")
-		if err := stack.BuildFencegate(ctx, bin); err != nil {
+		if err := stack.BuildFencegate(ctx, bin, stack.FailpointTag); err != nil {
 			t.Fatal(err)
 		}
 		binPath = bin

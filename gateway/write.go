@@ -11,7 +11,6 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"github.com/fencegate/fencegate/gateway/store"
-	"github.com/fencegate/fencegate/internal/failpoint"
 	"github.com/fencegate/fencegate/lease"
 )
 
@@ -122,7 +121,7 @@ func (s *Server) keyedWrite(ctx *fasthttp.RequestCtx, r *request, u *upstream, w
 	if l.Waited && u.spooled != nil {
 		s.spool.waits.Inc()
 	}
-	failpoint.Hit("after-lease")
+	hitFailpoint("after-lease")
 
 	fence, err := l.Settle(context.Background(), s.settler)
 	if err != nil {
@@ -250,7 +249,7 @@ func (s *Server) keyedWrite(ctx *fasthttp.RequestCtx, r *request, u *upstream, w
 		l.Unknown("the store's success answer carried an error: " + e.Code)
 		return fail(e)
 	}
-	failpoint.Hit("after-store-ack")
+	hitFailpoint("after-store-ack")
 	gen, err := l.Commit(context.Background(), entry)
 	if err != nil {
 		drain(resp)
@@ -284,7 +283,7 @@ func keepAnswer(resp *http.Response) {
 func setFence(h http.Header, f lease.Fence, op string) {
 	h.Del("If-Match")
 	h.Del("If-None-Match")
-	if failpoint.BrokenFence {
+	if brokenFence {
 		return // only in the deliberately broken build the chaos campaign must catch
 	}
 	if f.Exists {

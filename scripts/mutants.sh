@@ -14,6 +14,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 unset AWS_CA_BUNDLE
+# The tests' build tags (the Makefile's TEST_TAGS): the failpoints.
+tags=${TEST_TAGS:-failpoint}
 
 # name # file # line to find (exact, whitespace-trimmed) # replacement (\n, \t) # package:regex ...
 MUTANTS=(
@@ -68,7 +70,7 @@ for m in "${MUTANTS[@]}"; do
     echo "FAIL: mutant $name did not apply to $file" >&2
     exit 2
   fi
-  if ! go build ./... 2>/dev/null; then
+  if ! go build -tags "$tags" ./... 2>/dev/null; then
     restore
     echo "FAIL: mutant $name does not compile" >&2
     exit 2
@@ -78,7 +80,7 @@ for m in "${MUTANTS[@]}"; do
     pkg=${spec%%:*} run=${spec#*:}
     echo "== $name: go test $pkg -run '$run'" >&2
     log=$(mktemp)
-    go test -count=1 -timeout 10m -v -run "$run" "$pkg" >"$log" 2>&1 || true
+    go test -tags "$tags" -count=1 -timeout 10m -v -run "$run" "$pkg" >"$log" 2>&1 || true
     if grep -q '\[build failed\]\|\[setup failed\]' "$log"; then
       cat "$log" >&2
       restore

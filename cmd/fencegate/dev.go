@@ -15,7 +15,6 @@ import (
 
 	"github.com/fencegate/fencegate/gateway"
 	"github.com/fencegate/fencegate/internal/stack"
-	"github.com/fencegate/fencegate/internal/testenv"
 	"github.com/fencegate/fencegate/lease"
 	"github.com/fencegate/fencegate/meta"
 )
@@ -316,10 +315,10 @@ func devExec(ctx context.Context, args []string) error {
 	cmd := exec.Command(args[0], args[1:]...)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
 	cmd.Env = append(os.Environ(),
-		testenv.EnvDatabaseURL+"="+pg.URL("postgres"),
-		testenv.EnvS3Endpoint+"="+sw.URL,
-		testenv.EnvS3AccessKey+"="+access,
-		testenv.EnvS3SecretKey+"="+secret,
+		stack.EnvDatabaseURL+"="+pg.URL("postgres"),
+		stack.EnvS3Endpoint+"="+sw.URL,
+		stack.EnvS3AccessKey+"="+access,
+		stack.EnvS3SecretKey+"="+secret,
 		"FENCEGATE_WEED="+weed,
 		"FENCEGATE_VERSITYGW="+versitygw,
 	)

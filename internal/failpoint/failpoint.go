@@ -1,8 +1,10 @@
 // Package failpoint lets a test make the process die at a named step of the
-// write protocol, the one test hook allowed inside the product (docs/DESIGN.md):
-// FENCEGATE_FAILPOINT=name kills the process with SIGKILL when Hit(name) runs.
-// BrokenFence (a build tag, never in a release build) is the other hook: a
-// deliberate protocol bug for proving that the chaos campaign catches one.
+// write protocol (docs/DESIGN.md): FENCEGATE_FAILPOINT=name kills the process
+// with SIGKILL when Hit(name) runs. BrokenFence (-tags fencegate_brokenfence)
+// is the other hook: a deliberate protocol bug for proving that the chaos
+// campaign catches one. The gateway links this package only in the tests'
+// build (-tags failpoint, gateway/failpoint_on.go); the product binary does
+// not carry it (internal/layout checks).
 package failpoint
 
 import (

@@ -14,6 +14,11 @@ import (
 	"time"
 )
 
+// FailpointTag is the build tag of the tests' fencegate: with it the gateway
+// carries the failpoints (FENCEGATE_FAILPOINT, internal/failpoint); without it,
+// the product's build, they compile to nothing.
+const FailpointTag = "failpoint"
+
 // BuildFencegate builds the fencegate binary of the module the current folder
 // is in, into out, with the given build tags (none for the real binary).
 func BuildFencegate(ctx context.Context, out string, tags ...string) error {

@@ -21,14 +21,6 @@ import (
 	"github.com/fencegate/fencegate/internal/stack"
 )
 
-// Environment variables `fencegate dev exec` exports for the test run.
-const (
-	EnvDatabaseURL = "DATABASE_URL"
-	EnvS3Endpoint  = "FENCEGATE_TEST_S3_ENDPOINT"
-	EnvS3AccessKey = "FENCEGATE_TEST_S3_ACCESS_KEY"
-	EnvS3SecretKey = "FENCEGATE_TEST_S3_SECRET_KEY"
-)
-
 var (
 	mu       sync.Mutex
 	cleanups []func()
@@ -87,7 +79,7 @@ func DatabaseURL(t testing.TB) string {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	admin := os.Getenv(EnvDatabaseURL)
+	admin := os.Getenv(stack.EnvDatabaseURL)
 	if admin == "" {
 		d, err := dir()
 		if err != nil {
@@ -118,8 +110,8 @@ func Store(t testing.TB) stack.Endpoint {
 	if store != nil {
 		return *store
 	}
-	if ep := os.Getenv(EnvS3Endpoint); ep != "" {
-		store = &stack.Endpoint{URL: ep, AccessKey: os.Getenv(EnvS3AccessKey), SecretKey: os.Getenv(EnvS3SecretKey), Region: "us-east-1"}
+	if ep := os.Getenv(stack.EnvS3Endpoint); ep != "" {
+		store = &stack.Endpoint{URL: ep, AccessKey: os.Getenv(stack.EnvS3AccessKey), SecretKey: os.Getenv(stack.EnvS3SecretKey), Region: "us-east-1"}
 		return *store
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
