@@ -63,10 +63,14 @@ fuzz:
 		done; \
 	done
 
+# gofmt, go vet (also the tests' build of the gateway, with its failpoints),
+# no file over 1 MiB or executable binary tracked (scripts/check-tracked.sh).
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
 		if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet $(PKGS)
+	$(GO) vet -tags $(TEST_TAGS),fencegate_brokenfence ./gateway ./internal/failpoint
+	scripts/check-tracked.sh
 
 # Build the pinned SeaweedFS and versitygw into the cache ahead of time.
 stores: build
