@@ -18,7 +18,7 @@ export CGO_ENABLED ?= 0
 # aws-sdk-go-v2's default config fails while this is set (docs/DESIGN.md, the test stores).
 unexport AWS_CA_BUNDLE
 
-.PHONY: build run test test-short bench fuzz lint stores clean memcheck mutants s3-tests chaos
+.PHONY: build run test test-short bench fuzz lint schema stores clean memcheck mutants s3-tests chaos
 
 build:
 	$(GO) build -o $(BIN) ./cmd/fencegate
@@ -64,13 +64,24 @@ fuzz:
 	done
 
 # gofmt, go vet (also the tests' build of the gateway, with its failpoints),
-# no file over 1 MiB or executable binary tracked (scripts/check-tracked.sh).
+# no file over 1 MiB or executable binary tracked (scripts/check-tracked.sh),
+# and meta/schema.sql current: migrated into a private PostgreSQL it starts
+# and stops (DATABASE_URL is ignored, so no other server gets the database).
+SCHEMA_TEST := env -u DATABASE_URL $(GO) test -count=1 -run '^TestSchemaFileIsCurrent$$' ./meta
 lint:
+	scripts/ensure-deps.sh
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
 		if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet $(PKGS)
 	$(GO) vet -tags $(TEST_TAGS),fencegate_brokenfence ./gateway ./internal/failpoint
 	scripts/check-tracked.sh
+	$(SCHEMA_TEST)
+
+# meta/schema.sql: the schema after every migration (pg_dump --schema-only of
+# a freshly migrated database, normalised); commit it with the migration.
+schema:
+	scripts/ensure-deps.sh
+	FENCEGATE_UPDATE_SCHEMA=1 $(SCHEMA_TEST)
 
 # Build the pinned SeaweedFS and versitygw into the cache ahead of time.
 stores: build

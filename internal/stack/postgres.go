@@ -56,6 +56,10 @@ func postgresBin(name string) (string, error) {
 	return best, nil
 }
 
+// PostgresTool finds one of PostgreSQL's client programs (pg_dump) the way
+// the server is found: on PATH, else the newest of Debian's versioned folders.
+func PostgresTool(name string) (string, error) { return postgresBin(name) }
+
 // PostgresPasswordFile is where the password of the cluster in dir is kept:
 // beside the cluster folder, not in it, so that it stays the starting user's
 // (the cluster folder belongs to the server's user) and initdb finds its

@@ -1,0 +1,413 @@
+-- The schema after every migration in meta/migrations: pg_dump --schema-only
+-- of a freshly migrated database, without owners, privileges and the dump's
+-- session settings. Generated; do not edit. `make schema` regenerates it and
+-- `make lint` (TestSchemaFileIsCurrent) refuses one that is out of date.
+
+CREATE FUNCTION public.fencegate_acquire(p_bucket text, p_key text, p_holder uuid, p_ttl interval, p_mode text, p_op text, p_gateway text, p_size bigint, p_checksum text, p_upload_attempt uuid, p_session uuid, p_wait boolean DEFAULT false, OUT acquired boolean, OUT dead_session_for double precision, OUT holder_live_for double precision) RETURNS record
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    v_holder  uuid;
+    v_expires timestamptz;
+    v_session uuid;
+    v_wakeup  text;
+    v_mark    text;
+    v_found   boolean := false; -- the key's row was there (locked)
+    v_new     boolean := false; -- this call inserted it, leased to p_holder
+BEGIN
+    acquired := false;
+    FOR i IN 1..2 LOOP
+        SELECT holder, expires_at, session, wakeup INTO v_holder, v_expires, v_session, v_wakeup
+            FROM leases WHERE bucket = p_bucket AND key = p_key FOR UPDATE;
+        v_found := FOUND;
+        EXIT WHEN v_found;
+        INSERT INTO leases (bucket, key, holder, expires_at, session)
+            VALUES (p_bucket, p_key, p_holder, clock_timestamp() + p_ttl, p_session) ON CONFLICT DO NOTHING;
+        v_new := FOUND;
+        EXIT WHEN v_new;
+        -- Another writer inserted it first (the insert waited for its
+        -- commit): read its row like any other, so a waiter marks it.
+    END LOOP;
+    IF v_new THEN
+        NULL;
+    ELSIF NOT v_found THEN
+        RETURN; -- inserted by another writer and pruned again, twice: busy
+    ELSIF fencegate_lease_live(v_holder, v_expires, v_session) THEN
+        holder_live_for := extract(epoch FROM least(v_expires,
+            (SELECT s.expires_at FROM sessions s WHERE s.session_id = v_session)) - clock_timestamp());
+        IF p_wait THEN
+            v_mark := CASE WHEN v_wakeup IS NULL OR v_wakeup = p_gateway THEN p_gateway ELSE '*' END;
+            IF v_mark IS DISTINCT FROM v_wakeup THEN
+                UPDATE leases SET wakeup = v_mark WHERE bucket = p_bucket AND key = p_key;
+            END IF;
+        END IF;
+        RETURN;
+    ELSE
+        IF v_holder IS NOT NULL AND v_session IS NOT NULL THEN
+            SELECT extract(epoch FROM clock_timestamp() - coalesce(s.ended_at, s.heartbeat_at)) INTO dead_session_for
+                FROM sessions s WHERE s.session_id = v_session
+                  AND (s.ended_at IS NOT NULL OR s.expires_at <= clock_timestamp());
+        END IF;
+        UPDATE leases SET holder = p_holder, expires_at = clock_timestamp() + p_ttl, progress_at = NULL, session = p_session
+            WHERE bucket = p_bucket AND key = p_key;
+        IF v_holder IS NOT NULL THEN
+            -- the previous holder lost its lease: it may have landed
+            UPDATE attempts SET state = 'unknown', reason = 'lease expired', updated_at = clock_timestamp()
+                WHERE attempt_id = v_holder AND state = 'leased';
+        END IF;
+    END IF;
+    IF p_mode = 'new' THEN
+        INSERT INTO attempts (attempt_id, bucket, key, op, state, gateway, declared_size, checksum, upload_attempt)
+            VALUES (p_holder, p_bucket, p_key, p_op, 'leased', p_gateway, p_size, nullif(p_checksum, ''), p_upload_attempt);
+    END IF;
+    acquired := true;
+END $$;
+
+CREATE FUNCTION public.fencegate_commit(p_bucket text, p_key text, p_holder uuid, p_settled uuid, p_settled_state text, p_etag text, p_size bigint, p_attempt uuid, p_deleted boolean, p_origin text, p_release boolean) RETURNS bigint
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    v_held   boolean;
+    v_gen    bigint;
+    v_at     timestamptz;
+    v_upload uuid;
+BEGIN
+    PERFORM 1 FROM leases WHERE bucket = p_bucket AND key = p_key FOR UPDATE;
+    -- A later statement, so clock_timestamp() is read after the lock is granted:
+    -- waiting for the lock never authorizes an expired writer.
+    SELECT holder = p_holder AND fencegate_lease_live(holder, expires_at, session) INTO v_held
+        FROM leases WHERE bucket = p_bucket AND key = p_key;
+    IF NOT coalesce(v_held, false) THEN
+        RETURN NULL;
+    END IF;
+    v_gen := nextval('generation_seq');
+    v_at := clock_timestamp();
+    INSERT INTO generations (bucket, key, generation, etag, size, attempt_id, deleted, origin, committed_at)
+        VALUES (p_bucket, p_key, v_gen, nullif(p_etag, ''), p_size, p_attempt, p_deleted, p_origin, v_at);
+    INSERT INTO catalog (bucket, key, generation, etag, size, attempt_id, deleted, origin, committed_at)
+        VALUES (p_bucket, p_key, v_gen, nullif(p_etag, ''), p_size, p_attempt, p_deleted, p_origin, v_at)
+        ON CONFLICT (bucket, key) DO UPDATE SET generation = EXCLUDED.generation, etag = EXCLUDED.etag, size = EXCLUDED.size,
+            attempt_id = EXCLUDED.attempt_id, deleted = EXCLUDED.deleted, origin = EXCLUDED.origin, committed_at = EXCLUDED.committed_at;
+    INSERT INTO outbox (bucket, key, generation, etag, size, deleted, origin, attempt_id, committed_at)
+        VALUES (p_bucket, p_key, v_gen, nullif(p_etag, ''), p_size, p_deleted, p_origin, p_attempt, v_at);
+    IF p_settled IS NOT NULL THEN
+        UPDATE attempts SET state = p_settled_state, generation = v_gen, etag = nullif(p_etag, ''), reason = NULL,
+            updated_at = clock_timestamp(), claim_token = NULL, claimed_until = NULL
+            WHERE attempt_id = p_settled
+            RETURNING upload_attempt INTO v_upload;
+        IF v_upload IS NOT NULL THEN
+            -- A Complete try published its upload: the upload's row says so (a
+            -- repeated Complete is answered from it), and its other tries can
+            -- publish nothing more (an upload completes once).
+            UPDATE attempts SET state = p_settled_state, generation = v_gen, etag = nullif(p_etag, ''),
+                updated_at = clock_timestamp() WHERE attempt_id = v_upload;
+            UPDATE attempts SET state = 'failed', updated_at = clock_timestamp(),
+                reason = 'its upload was published by generation ' || v_gen || ' (another try)'
+                WHERE upload_attempt = v_upload AND attempt_id <> p_settled AND state IN ('leased', 'unknown')
+                  AND attempt_id <> p_holder;
+        END IF;
+    END IF;
+    IF p_settled = p_holder AND p_settled_state = 'committed' THEN
+        -- The holder's own fenced write landed: unknown tries it excluded can no
+        -- longer land (see the ETag limit in docs/DESIGN.md). A delete excludes
+        -- only tries fenced on an ETag: it makes If-None-Match: * true again,
+        -- and a try whose fence is not known may carry that.
+        UPDATE attempts SET state = 'failed', updated_at = clock_timestamp(),
+            reason = 'superseded by generation ' || v_gen || ', whose fenced write excluded it'
+            WHERE bucket = p_bucket AND key = p_key AND state = 'unknown' AND op <> 'multipart'
+              AND (NOT p_deleted OR (fence IS NOT NULL AND fence NOT IN ('', '*')));
+    END IF;
+    IF p_release THEN
+        UPDATE leases SET holder = NULL, expires_at = NULL, session = NULL WHERE bucket = p_bucket AND key = p_key;
+    END IF;
+    RETURN v_gen;
+END $$;
+
+CREATE FUNCTION public.fencegate_commit_hand_over(p_bucket text, p_key text, p_holder uuid, p_settled uuid, p_settled_state text, p_etag text, p_size bigint, p_attempt uuid, p_deleted boolean, p_origin text, p_next uuid, p_ttl interval, p_op text, p_gateway text, p_next_size bigint, p_checksum text, p_upload_attempt uuid, p_session uuid, OUT generation bigint, OUT acquired boolean) RETURNS record
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    v_mark text;
+BEGIN
+    acquired := false;
+    SELECT wakeup INTO v_mark FROM leases WHERE bucket = p_bucket AND key = p_key FOR UPDATE;
+    generation := fencegate_commit(p_bucket, p_key, p_holder, p_settled, p_settled_state,
+        p_etag, p_size, p_attempt, p_deleted, p_origin, true);
+    IF generation IS NULL OR (v_mark IS NOT NULL AND v_mark <> p_gateway) THEN
+        RETURN;
+    END IF;
+    SELECT a.acquired INTO acquired FROM fencegate_acquire(p_bucket, p_key, p_next, p_ttl, 'new',
+        p_op, p_gateway, p_next_size, p_checksum, p_upload_attempt, p_session, false) a;
+END $$;
+
+CREATE FUNCTION public.fencegate_key_hash(p_bucket text, p_key text) RETURNS text
+    LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
+    AS $$
+    SELECT left(encode(sha256(convert_to(p_bucket || '/' || p_key, 'UTF8')), 'hex'), 16)
+$$;
+
+CREATE FUNCTION public.fencegate_lease_live(p_holder uuid, p_expires timestamp with time zone, p_session uuid) RETURNS boolean
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+    IF p_holder IS NULL OR NOT coalesce(p_expires > clock_timestamp(), false) THEN
+        RETURN false;
+    END IF;
+    IF p_session IS NULL THEN
+        RETURN true;
+    END IF;
+    RETURN EXISTS (SELECT 1 FROM sessions s WHERE s.session_id = p_session
+        AND s.ended_at IS NULL AND s.expires_at > clock_timestamp());
+END $$;
+
+CREATE FUNCTION public.fencegate_lease_released() RETURNS trigger
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+    IF OLD.wakeup = '*' OR NOT EXISTS (SELECT 1 FROM attempts WHERE attempt_id = OLD.holder AND gateway = OLD.wakeup) THEN
+        PERFORM pg_notify('fencegate_lease_released', fencegate_key_hash(OLD.bucket, OLD.key));
+    END IF;
+    NEW.wakeup := NULL;
+    RETURN NEW;
+END $$;
+
+CREATE TABLE public.access_grants (
+    access_key_id text NOT NULL,
+    bucket text NOT NULL,
+    permission text NOT NULL,
+    CONSTRAINT access_grants_permission_check CHECK ((permission = ANY (ARRAY['read'::text, 'write'::text, 'admin'::text])))
+);
+
+CREATE TABLE public.access_keys (
+    access_key_id text NOT NULL,
+    secret_sealed bytea NOT NULL,
+    description text DEFAULT ''::text NOT NULL,
+    created_at timestamp with time zone DEFAULT clock_timestamp() NOT NULL,
+    CONSTRAINT access_keys_access_key_id_check CHECK ((access_key_id ~ '^[A-Z0-9]{16,128}$'::text))
+);
+
+CREATE TABLE public.access_keys_version (
+    singleton boolean DEFAULT true NOT NULL,
+    version bigint NOT NULL,
+    CONSTRAINT access_keys_version_singleton_check CHECK (singleton)
+);
+
+CREATE TABLE public.attempts (
+    attempt_id uuid NOT NULL,
+    bucket text NOT NULL,
+    key text NOT NULL,
+    op text NOT NULL,
+    state text NOT NULL,
+    gateway text NOT NULL,
+    declared_size bigint,
+    checksum text,
+    upload_id text,
+    generation bigint,
+    etag text,
+    reason text,
+    created_at timestamp with time zone DEFAULT clock_timestamp() NOT NULL,
+    updated_at timestamp with time zone DEFAULT clock_timestamp() NOT NULL,
+    claim_token uuid,
+    claimed_until timestamp with time zone,
+    tries integer DEFAULT 0 NOT NULL,
+    last_error text,
+    upload_attempt uuid,
+    fence text,
+    activity_at timestamp with time zone,
+    CONSTRAINT attempts_op_check CHECK ((op = ANY (ARRAY['put'::text, 'copy'::text, 'complete'::text, 'delete'::text, 'multipart'::text]))),
+    CONSTRAINT attempts_state_check CHECK ((state = ANY (ARRAY['leased'::text, 'open'::text, 'committed'::text, 'adopted'::text, 'unknown'::text, 'failed'::text, 'aborted'::text])))
+);
+
+CREATE TABLE public.audit_cursors (
+    bucket text NOT NULL,
+    marker text DEFAULT ''::text NOT NULL,
+    after_key text DEFAULT ''::text NOT NULL,
+    upload_key text DEFAULT ''::text NOT NULL,
+    upload_id text DEFAULT ''::text NOT NULL,
+    rounds integer DEFAULT 0 NOT NULL,
+    claim_token uuid,
+    claimed_until timestamp with time zone,
+    tries integer DEFAULT 0 NOT NULL,
+    last_error text,
+    passed_at timestamp with time zone
+);
+
+CREATE TABLE public.buckets (
+    bucket text NOT NULL,
+    complete boolean DEFAULT false NOT NULL,
+    created_at timestamp with time zone DEFAULT clock_timestamp() NOT NULL
+);
+
+CREATE TABLE public.catalog (
+    bucket text NOT NULL,
+    key text NOT NULL,
+    generation bigint NOT NULL,
+    etag text,
+    size bigint,
+    attempt_id uuid,
+    deleted boolean DEFAULT false NOT NULL,
+    origin text NOT NULL,
+    committed_at timestamp with time zone NOT NULL,
+    CONSTRAINT catalog_origin_check CHECK ((origin = ANY (ARRAY['fencegate'::text, 'adopted'::text, 'external'::text])))
+);
+
+CREATE TABLE public.foreign_uploads (
+    bucket text NOT NULL,
+    key text NOT NULL,
+    upload_id text NOT NULL,
+    initiated timestamp with time zone,
+    first_seen timestamp with time zone DEFAULT clock_timestamp() NOT NULL,
+    last_seen timestamp with time zone DEFAULT clock_timestamp() NOT NULL,
+    aborted_at timestamp with time zone
+);
+
+CREATE SEQUENCE public.generation_seq
+    START WITH 1
+    INCREMENT BY 1
+    NO MINVALUE
+    NO MAXVALUE
+    CACHE 1;
+
+CREATE TABLE public.generations (
+    bucket text NOT NULL,
+    key text NOT NULL,
+    generation bigint NOT NULL,
+    etag text,
+    size bigint,
+    attempt_id uuid,
+    deleted boolean DEFAULT false NOT NULL,
+    origin text NOT NULL,
+    committed_at timestamp with time zone DEFAULT clock_timestamp() NOT NULL,
+    CONSTRAINT generations_origin_check CHECK ((origin = ANY (ARRAY['fencegate'::text, 'adopted'::text, 'external'::text])))
+);
+
+CREATE TABLE public.leases (
+    bucket text NOT NULL,
+    key text NOT NULL,
+    holder uuid,
+    expires_at timestamp with time zone,
+    progress_at timestamp with time zone,
+    session uuid,
+    wakeup text
+);
+
+CREATE TABLE public.outbox (
+    id bigint NOT NULL,
+    bucket text NOT NULL,
+    key text NOT NULL,
+    generation bigint NOT NULL,
+    etag text,
+    size bigint,
+    deleted boolean NOT NULL,
+    origin text NOT NULL,
+    attempt_id uuid,
+    committed_at timestamp with time zone NOT NULL
+);
+
+CREATE TABLE public.outbox_consumers (
+    consumer text NOT NULL,
+    acked_id bigint DEFAULT 0 NOT NULL,
+    acked_at timestamp with time zone DEFAULT clock_timestamp() NOT NULL
+);
+
+CREATE SEQUENCE public.outbox_id_seq
+    START WITH 1
+    INCREMENT BY 1
+    NO MINVALUE
+    NO MAXVALUE
+    CACHE 1;
+
+ALTER SEQUENCE public.outbox_id_seq OWNED BY public.outbox.id;
+
+CREATE TABLE public.reconciler_passes (
+    kind text NOT NULL,
+    gateway text NOT NULL,
+    started_at timestamp with time zone NOT NULL,
+    duration_ms bigint NOT NULL,
+    batches integer NOT NULL,
+    claimed integer NOT NULL,
+    completed integer NOT NULL,
+    retried integer NOT NULL,
+    skipped integer NOT NULL,
+    failed integer NOT NULL
+);
+
+CREATE TABLE public.schema_version (
+    version integer NOT NULL
+);
+
+CREATE TABLE public.sessions (
+    session_id uuid NOT NULL,
+    gateway text NOT NULL,
+    started_at timestamp with time zone DEFAULT clock_timestamp() NOT NULL,
+    heartbeat_at timestamp with time zone DEFAULT clock_timestamp() NOT NULL,
+    expires_at timestamp with time zone NOT NULL,
+    ended_at timestamp with time zone
+);
+
+ALTER TABLE ONLY public.outbox ALTER COLUMN id SET DEFAULT nextval('public.outbox_id_seq'::regclass);
+
+ALTER TABLE ONLY public.access_grants
+    ADD CONSTRAINT access_grants_pkey PRIMARY KEY (access_key_id, bucket, permission);
+
+ALTER TABLE ONLY public.access_keys
+    ADD CONSTRAINT access_keys_pkey PRIMARY KEY (access_key_id);
+
+ALTER TABLE ONLY public.access_keys_version
+    ADD CONSTRAINT access_keys_version_pkey PRIMARY KEY (singleton);
+
+ALTER TABLE ONLY public.attempts
+    ADD CONSTRAINT attempts_pkey PRIMARY KEY (attempt_id);
+
+ALTER TABLE ONLY public.audit_cursors
+    ADD CONSTRAINT audit_cursors_pkey PRIMARY KEY (bucket);
+
+ALTER TABLE ONLY public.buckets
+    ADD CONSTRAINT buckets_pkey PRIMARY KEY (bucket);
+
+ALTER TABLE ONLY public.catalog
+    ADD CONSTRAINT catalog_pkey PRIMARY KEY (bucket, key);
+
+ALTER TABLE ONLY public.foreign_uploads
+    ADD CONSTRAINT foreign_uploads_pkey PRIMARY KEY (upload_id);
+
+ALTER TABLE ONLY public.generations
+    ADD CONSTRAINT generations_pkey PRIMARY KEY (bucket, key, generation);
+
+ALTER TABLE ONLY public.leases
+    ADD CONSTRAINT leases_pkey PRIMARY KEY (bucket, key);
+
+ALTER TABLE ONLY public.outbox_consumers
+    ADD CONSTRAINT outbox_consumers_pkey PRIMARY KEY (consumer);
+
+ALTER TABLE ONLY public.outbox
+    ADD CONSTRAINT outbox_pkey PRIMARY KEY (id);
+
+ALTER TABLE ONLY public.reconciler_passes
+    ADD CONSTRAINT reconciler_passes_pkey PRIMARY KEY (kind, gateway);
+
+ALTER TABLE ONLY public.sessions
+    ADD CONSTRAINT sessions_pkey PRIMARY KEY (session_id);
+
+CREATE INDEX attempts_key ON public.attempts USING btree (bucket, key, updated_at);
+
+CREATE INDEX attempts_open_uploads ON public.attempts USING btree (updated_at) WHERE ((op = 'multipart'::text) AND (state = 'open'::text));
+
+CREATE INDEX attempts_reconcile ON public.attempts USING btree (updated_at) WHERE (state = ANY (ARRAY['leased'::text, 'unknown'::text]));
+
+CREATE INDEX attempts_settled ON public.attempts USING btree (updated_at) WHERE (state = ANY (ARRAY['committed'::text, 'adopted'::text, 'failed'::text, 'aborted'::text]));
+
+CREATE INDEX attempts_unresolved ON public.attempts USING btree (bucket, key) WHERE (state = ANY (ARRAY['leased'::text, 'unknown'::text]));
+
+CREATE UNIQUE INDEX attempts_upload ON public.attempts USING btree (upload_id) WHERE (upload_id IS NOT NULL);
+
+CREATE INDEX attempts_upload_attempt ON public.attempts USING btree (upload_attempt) WHERE (upload_attempt IS NOT NULL);
+
+CREATE INDEX leases_session ON public.leases USING btree (session) WHERE (session IS NOT NULL);
+
+CREATE INDEX sessions_open ON public.sessions USING btree (expires_at) WHERE (ended_at IS NULL);
+
+CREATE TRIGGER leases_released BEFORE UPDATE ON public.leases FOR EACH ROW WHEN (((old.wakeup IS NOT NULL) AND (old.holder IS NOT NULL) AND (new.holder IS NULL))) EXECUTE FUNCTION public.fencegate_lease_released();
+
+ALTER TABLE ONLY public.access_grants
+    ADD CONSTRAINT access_grants_access_key_id_fkey FOREIGN KEY (access_key_id) REFERENCES public.access_keys(access_key_id) ON DELETE CASCADE;
