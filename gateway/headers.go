@@ -46,15 +46,6 @@ func mergeable(lower string) bool {
 	return strings.HasPrefix(lower, "x-amz-meta-") || strings.HasPrefix(lower, "x-amz-grant-")
 }
 
-// readHeaders builds a view of h and query's x-amz-* parameters (headers.go's
-// view), refusing a repeated header that cannot be merged.
-func readHeaders(h *fasthttp.RequestHeader, query *fasthttp.Args) (*headerView, *apiError) {
-	v := &headerView{}
-	var a stringArena
-	a.grow(headerBytes(h, query))
-	return v, v.read(h, query, &a)
-}
-
 // headerBytes is the room read needs in its arena: every name twice (as
 // sent and lower-cased) and every value.
 func headerBytes(h *fasthttp.RequestHeader, query *fasthttp.Args) int {

@@ -227,3 +227,12 @@ func TestHeaderViewOutlivesTheBuffer(t *testing.T) {
 		t.Fatalf("raw headers %q, want %q", got, want)
 	}
 }
+
+// readHeaders builds a view of h and query's x-amz-* parameters (headers.go's
+// view), refusing a repeated header that cannot be merged.
+func readHeaders(h *fasthttp.RequestHeader, query *fasthttp.Args) (*headerView, *apiError) {
+	v := &headerView{}
+	var a stringArena
+	a.grow(headerBytes(h, query))
+	return v, v.read(h, query, &a)
+}

@@ -73,10 +73,10 @@ func TestOpLabel(t *testing.T) {
 		want string
 	}{
 		{request{}, "unrouted"},
-		{request{op: Classify("GET", "b", "k", nil, false)}, "unauthenticated"},
-		{request{op: Classify("BREW", "b", "k", nil, false), auth: &sigv4.Auth{}}, "unsupported"},
-		{request{op: Classify("GET", "b", "k", []string{"torrent"}, false), auth: &sigv4.Auth{}}, "unsupported"},
-		{request{op: Classify("GET", "b", "k", nil, false), auth: &sigv4.Auth{}}, "GetObject"},
+		{request{op: classifyQuery("GET", "b", "k", nil, false)}, "unauthenticated"},
+		{request{op: classifyQuery("BREW", "b", "k", nil, false), auth: &sigv4.Auth{}}, "unsupported"},
+		{request{op: classifyQuery("GET", "b", "k", []string{"torrent"}, false), auth: &sigv4.Auth{}}, "unsupported"},
+		{request{op: classifyQuery("GET", "b", "k", nil, false), auth: &sigv4.Auth{}}, "GetObject"},
 	} {
 		if got := opLabel(&c.r); got != c.want {
 			t.Errorf("%+v: %q, want %q", c.r.op, got, c.want)

@@ -190,19 +190,8 @@ var knownUnsupported = map[string]bool{
 	"abac": true, "rename": true,
 }
 
-// Classify maps a request to its operation. queryKeys are the names of its
-// query parameters (with any value); copySource reports x-amz-copy-source.
-func Classify(method string, bucket, key string, queryKeys []string, copySource bool) Op {
-	var q querySubresources
-	for _, k := range queryKeys {
-		if addName(&q, k) {
-			break
-		}
-	}
-	return q.classify(method, bucket, key, copySource)
-}
-
-// classifyArgs is Classify of a request's own query, read where it lies.
+// classifyArgs maps a request to its operation from its own query, read
+// where it lies; copySource reports x-amz-copy-source.
 func classifyArgs(method string, bucket, key string, query *fasthttp.Args, copySource bool) Op {
 	var q querySubresources
 	for k := range query.All() {

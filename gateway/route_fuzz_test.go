@@ -140,7 +140,7 @@ func FuzzClassifyRequest(f *testing.F) {
 		}
 		m := string(req.Header.Method())
 		hasCopy := hdr.get("x-amz-copy-source") != ""
-		op := Classify(m, bucket, key, queryKeys, hasCopy)
+		op := classifyQuery(m, bucket, key, queryKeys, hasCopy)
 		if viaArgs := classifyArgs(methodName(req.Header.Method()), bucket, key, uri.QueryArgs(), hasCopy); viaArgs.Name != op.Name ||
 			viaArgs.Unsupported != op.Unsupported || viaArgs.Level != op.Level {
 			t.Fatalf("%q: %s from the query's names, %s from the query itself", raw, op.Name, viaArgs.Name)
@@ -151,7 +151,7 @@ func FuzzClassifyRequest(f *testing.F) {
 		// parameters).
 		reversed := slices.Clone(queryKeys)
 		slices.Reverse(reversed)
-		if again := Classify(m, bucket, key, reversed, hasCopy); again.Unsupported != op.Unsupported || !op.Unsupported && again.Name != op.Name {
+		if again := classifyQuery(m, bucket, key, reversed, hasCopy); again.Unsupported != op.Unsupported || !op.Unsupported && again.Name != op.Name {
 			t.Fatalf("%q: %s, and %s with the query reversed", raw, op.Name, again.Name)
 		}
 		wantLevel := store.LevelService

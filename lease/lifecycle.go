@@ -301,9 +301,6 @@ func NewService(cfg LifecycleConfig, m *Manager, db LifecycleDriver, store Lifec
 	return &Service{cfg: cfg, m: m, db: db, store: store, log: log, rec: rec, Metrics: NewLifecycleMetrics(nil)}, nil
 }
 
-// Config is the service's configuration with its defaults filled in.
-func (s *Service) Config() LifecycleConfig { return s.cfg }
-
 // Start runs a pass at once, then one every Interval, until ctx ends. Wait
 // returns once the running pass has finished after that.
 func (s *Service) Start(ctx context.Context) {

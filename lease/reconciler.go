@@ -23,8 +23,6 @@ type Reconciler struct {
 	m     *Manager
 	store Store
 	log   *slog.Logger
-	// Settled, if set, is told the outcome of each scan (a test signal).
-	Settled func(ScanResult)
 }
 
 // ScanResult counts one scan.
@@ -65,26 +63,6 @@ func NewReconciler(cfg ReconcilerConfig, m *Manager, store Store, log *slog.Logg
 		log = slog.Default()
 	}
 	return &Reconciler{cfg: cfg, m: m, store: store, log: log}
-}
-
-// Run scans at once, then every Interval, until ctx ends.
-func (r *Reconciler) Run(ctx context.Context) {
-	t := time.NewTicker(r.cfg.Interval)
-	defer t.Stop()
-	for {
-		res, err := r.RunOnce(ctx)
-		if err != nil && ctx.Err() == nil {
-			r.log.Warn("reconciler scan failed", "err", err)
-		}
-		if r.Settled != nil {
-			r.Settled(res)
-		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-	}
 }
 
 // RunOnce claims one batch of keys and settles each.

@@ -41,7 +41,7 @@ func (f *fakeWakeups) up(b bool) {
 func (f *fakeWakeups) release(bucket, key string) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	f.released(meta.KeyHash(bucket, key))
+	f.released(lease.KeyHash(bucket, key))
 }
 
 // listenWith starts m's listener on w until the test ends.

@@ -397,5 +397,5 @@ func (c *Catalog) MarkDeadUnknown(ctx context.Context, bucket, key string) error
 }
 
 // errNoAttempt is a lookup that found no attempt: lease.ErrNotFound to the
-// protocol, pgx.ErrNoRows to IsNotFound.
+// protocol, pgx.ErrNoRows to internal/wiring's tracker.
 var errNoAttempt = fmt.Errorf("%w: %w", lease.ErrNotFound, pgx.ErrNoRows)

@@ -2,7 +2,6 @@ package meta
 
 import (
 	"context"
-	"errors"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -137,6 +136,3 @@ func (c *Catalog) ReadStatus(ctx context.Context, uploadIdle, createSettle time.
 	s.Sessions, err = c.Sessions(ctx)
 	return s, err
 }
-
-// IsNotFound reports a lookup (AttemptByID, AttemptByUpload) that found no row.
-func IsNotFound(err error) bool { return errors.Is(err, pgx.ErrNoRows) }

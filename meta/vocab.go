@@ -43,6 +43,3 @@ var ErrLeaseLost = lease.ErrLeaseLost
 
 // NewID is a random UUID (version 4), the form of attempt ids.
 func NewID() string { return lease.NewID() }
-
-// KeyHash is the payload a key's release notifies (lease.KeyHash).
-func KeyHash(bucket, key string) string { return lease.KeyHash(bucket, key) }

@@ -10,7 +10,7 @@ import (
 
 // ReleaseChannel is the channel a key's release is announced on when a
 // writer of another gateway waits for it (migrations/0008_release_wakeups.sql):
-// NOTIFY inside the releasing transaction, payload KeyHash(bucket, key).
+// NOTIFY inside the releasing transaction, payload lease.KeyHash(bucket, key).
 const ReleaseChannel = "fencegate_lease_released"
 
 // The release listener's timings. A listener that hears nothing for

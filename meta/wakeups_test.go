@@ -5,6 +5,8 @@ import (
 	"errors"
 	"testing"
 	"time"
+
+	"github.com/fencegate/fencegate/lease"
 )
 
 // listener runs ListenReleases on c until the test ends and reports its
@@ -108,8 +110,8 @@ func TestReleaseNotifiesWaitersOfOtherGateways(t *testing.T) {
 	if err := c.Release(ctx, bucket, "marked", holder, end); err != nil {
 		t.Fatal(err)
 	}
-	if h := l.next(t); h != KeyHash(bucket, "marked") {
-		t.Fatalf("notified %q, want %q", h, KeyHash(bucket, "marked"))
+	if h := l.next(t); h != lease.KeyHash(bucket, "marked") {
+		t.Fatalf("notified %q, want %q", h, lease.KeyHash(bucket, "marked"))
 	}
 	if m := wakeupMark(t, c, bucket, "marked"); m != nil {
 		t.Fatalf("the release left the mark %q", *m)
@@ -147,8 +149,8 @@ func TestReleaseNotifiesWaitersOfOtherGateways(t *testing.T) {
 		Release: true}); err != nil {
 		t.Fatal(err)
 	}
-	if h := l.next(t); h != KeyHash(bucket, "both") {
-		t.Fatalf("notified %q, want b/both's %q (nothing for the quiet keys)", h, KeyHash(bucket, "both"))
+	if h := l.next(t); h != lease.KeyHash(bucket, "both") {
+		t.Fatalf("notified %q, want b/both's %q (nothing for the quiet keys)", h, lease.KeyHash(bucket, "both"))
 	}
 
 	// A takeover keeps the mark: the new holder's release is announced.
@@ -169,8 +171,8 @@ func TestReleaseNotifiesWaitersOfOtherGateways(t *testing.T) {
 	if err := c.Release(ctx, bucket, "taken", taker, end); err != nil {
 		t.Fatal(err)
 	}
-	if h := l.next(t); h != KeyHash(bucket, "taken") {
-		t.Fatalf("notified %q, want %q", h, KeyHash(bucket, "taken"))
+	if h := l.next(t); h != lease.KeyHash(bucket, "taken") {
+		t.Fatalf("notified %q, want %q", h, lease.KeyHash(bucket, "taken"))
 	}
 
 	// The SQL hash is meta.KeyHash, for any key bytes.
@@ -179,8 +181,8 @@ func TestReleaseNotifiesWaitersOfOtherGateways(t *testing.T) {
 		if err := c.Pool.QueryRow(ctx, `SELECT fencegate_key_hash($1, $2)`, bucket, key).Scan(&got); err != nil {
 			t.Fatal(err)
 		}
-		if got != KeyHash(bucket, key) {
-			t.Fatalf("fencegate_key_hash(%q) = %s, KeyHash = %s", key, got, KeyHash(bucket, key))
+		if got != lease.KeyHash(bucket, key) {
+			t.Fatalf("fencegate_key_hash(%q) = %s, KeyHash = %s", key, got, lease.KeyHash(bucket, key))
 		}
 	}
 }
@@ -274,8 +276,8 @@ func TestListenerReconnects(t *testing.T) {
 	if err := c.Release(ctx, bucket, "k", holder, Ending{}); err != nil {
 		t.Fatal(err)
 	}
-	if h := l.next(t); h != KeyHash(bucket, "k") {
-		t.Fatalf("after the reconnect: notified %q, want %q", h, KeyHash(bucket, "k"))
+	if h := l.next(t); h != lease.KeyHash(bucket, "k") {
+		t.Fatalf("after the reconnect: notified %q, want %q", h, lease.KeyHash(bucket, "k"))
 	}
 }
 

@@ -7,7 +7,6 @@ import (
 	"crypto/sha256"
 	"crypto/subtle"
 	"encoding/base64"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"net/http"
@@ -445,13 +444,4 @@ func (p *PostObject) checkPolicy(policy, bucket string, now time.Time) *Error {
 		return errPolicyFailed("Extra input fields: " + strings.Join(extra, ", "))
 	}
 	return nil
-}
-
-// PostSignatureV4 is the SigV4 POST signature of a base64 policy: for tests
-// and tools that build forms.
-func PostSignatureV4(secret, date, region, service, policy string) string {
-	key := deriveSigningKey(secret, date, region, service)
-	m := hmac.New(sha256.New, key[:])
-	m.Write([]byte(policy))
-	return hex.EncodeToString(m.Sum(nil))
 }
