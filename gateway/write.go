@@ -19,10 +19,11 @@ import (
 var (
 	errConflict = newAPIError("ConditionalRequestConflict", http.StatusConflict,
 		"A conflicting conditional operation is currently in progress against this resource. Please try again.")
-	errSlowDown   = newAPIError("SlowDown", http.StatusServiceUnavailable, "Please reduce your request rate.")
-	errLeaseLost  = newAPIError("ServiceUnavailable", http.StatusServiceUnavailable, "The gateway lost its lease on the key while writing it; the outcome is being settled. Please try again.")
-	errNoSession  = newAPIError("ServiceUnavailable", http.StatusServiceUnavailable, "The gateway cannot keep its session with its database; it takes no writes until the session is back. Please try again.")
-	errUnrecorded = newAPIError("InternalError", http.StatusInternalServerError, "The store accepted the write but the gateway could not record it; it will be settled. Please try again.")
+	errNoSuchBucket = newAPIError("NoSuchBucket", http.StatusNotFound, "The specified bucket does not exist.")
+	errSlowDown     = newAPIError("SlowDown", http.StatusServiceUnavailable, "Please reduce your request rate.")
+	errLeaseLost    = newAPIError("ServiceUnavailable", http.StatusServiceUnavailable, "The gateway lost its lease on the key while writing it; the outcome is being settled. Please try again.")
+	errNoSession    = newAPIError("ServiceUnavailable", http.StatusServiceUnavailable, "The gateway cannot keep its session with its database; it takes no writes until the session is back. Please try again.")
+	errUnrecorded   = newAPIError("InternalError", http.StatusInternalServerError, "The store accepted the write but the gateway could not record it; it will be settled. Please try again.")
 )
 
 // generationHeader tells a writer which generation its write became.
@@ -125,6 +126,10 @@ func (s *Server) keyedWrite(ctx *fasthttp.RequestCtx, r *request, u *upstream, w
 	failpoint.Hit("after-lease")
 
 	fence, err := l.Settle(context.Background(), s.settler)
+	if errors.Is(err, lease.ErrNoSuchBucket) {
+		l.Fail("the store has no such bucket; nothing was sent")
+		return fail(errNoSuchBucket)
+	}
 	if err != nil {
 		l.Fail("settling the key failed before anything was sent: " + err.Error())
 		s.deps.Log.Warn("settle failed", "request_id", r.id, "key", w.key, "err", err)

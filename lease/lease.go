@@ -44,7 +44,17 @@ type Config struct {
 	SessionHeartbeat time.Duration
 	SessionTimeout   time.Duration
 	SessionMargin    time.Duration
+
+	// GuardHorizon bounds how long a request fencegate sent can still reach
+	// the store and land after fencegate gave up on it (20 min: the store's
+	// 15-minute SigV4 clock-skew window plus a margin; docs/DESIGN.md, "When
+	// a guard ends"). An unknown attempt older than this whose bytes a HEAD
+	// does not find is closed: it can no longer land.
+	GuardHorizon time.Duration
 }
+
+// DefaultGuardHorizon is GuardHorizon's default.
+const DefaultGuardHorizon = 20 * time.Minute
 
 func (c *Config) setDefaults() {
 	if c.TTL == 0 {
@@ -74,6 +84,9 @@ func (c *Config) setDefaults() {
 	if c.DBTimeout == 0 {
 		c.DBTimeout = 5 * time.Second
 	}
+	if c.GuardHorizon == 0 {
+		c.GuardHorizon = DefaultGuardHorizon
+	}
 	if c.Gateway == "" {
 		c.Gateway = "fencegate"
 	}
@@ -98,7 +111,7 @@ const (
 
 func (c Config) Validate() error {
 	for _, d := range []time.Duration{c.TTL, c.RenewEvery, c.Margin, c.WaitMax, c.WaitLimit, c.ProgressEvery, c.WaitPoll, c.WaitPollListening, c.DBTimeout,
-		c.SessionHeartbeat, c.SessionTimeout, c.SessionMargin} {
+		c.SessionHeartbeat, c.SessionTimeout, c.SessionMargin, c.GuardHorizon} {
 		if d < 0 {
 			return errors.New("lease durations must not be negative")
 		}
@@ -136,6 +149,8 @@ type Driver interface {
 	CommitHandOver(ctx context.Context, p CommitParams, next AcquireParams) (int64, *Acquired, error)
 	AttemptByID(ctx context.Context, id string) (Attempt, error)
 	MarkDeadUnknown(ctx context.Context, bucket, key string) error
+	// CloseGuards fails unknown attempts past their horizon (settle.go).
+	CloseGuards(ctx context.Context, bucket, key string, ids []string, reason string) error
 	ClaimUnresolved(ctx context.Context, limit int, claimFor time.Duration) ([][2]string, error)
 	NoteTry(ctx context.Context, bucket, key, errText string) error
 
@@ -276,6 +291,11 @@ func (m *Manager) Acquire(ctx context.Context, req Request) (l *Lease, err error
 			err = nil
 		}
 		if err != nil {
+			// PostgreSQL may have applied the acquire and only its answer
+			// been lost: give the lease back (it frees the key only if this
+			// writer holds it), or the key stays orphaned for its TTL.
+			m.release(req.Bucket, req.Key, id, Ending{State: StateFailed,
+				Reason: "its acquire's answer was lost; nothing was sent"})
 			return nil, err
 		}
 		if held == nil {

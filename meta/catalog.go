@@ -122,7 +122,11 @@ func (c *Catalog) Release(ctx context.Context, bucket, key, holder string, end E
 		_, err := tx.Exec(ctx, `UPDATE attempts SET
 				state = CASE WHEN state = 'leased' THEN $2 ELSE state END,
 				reason = CASE WHEN state = 'leased' THEN nullif($3, '') ELSE reason END,
-				updated_at = clock_timestamp(),
+				-- updated_at is when the state last changed: an unknown
+				-- attempt's horizon, and the generation it was fenced on,
+				-- count from when it became unknown (docs/DESIGN.md, "When a
+				-- guard ends").
+				updated_at = CASE WHEN state = 'leased' THEN clock_timestamp() ELSE updated_at END,
 				fence = coalesce($4, fence), checksum = coalesce(nullif($5, ''), checksum)
 			WHERE attempt_id = $1`, holder, end.State, end.Reason, end.Fence, end.Checksum)
 		return err
@@ -184,7 +188,8 @@ const holderGone = `NOT EXISTS (SELECT 1 FROM leases l WHERE l.bucket = a.bucket
 	AND l.holder = a.attempt_id AND fencegate_lease_live(l.holder, l.expires_at, l.session))`
 
 const attemptColumns = `attempt_id::text, bucket, key, op, state, gateway, coalesce(declared_size, -1), coalesce(checksum, ''),
-	coalesce(upload_id, ''), coalesce(upload_attempt::text, ''), coalesce(generation, 0), coalesce(etag, '')`
+	coalesce(upload_id, ''), coalesce(upload_attempt::text, ''), coalesce(generation, 0), coalesce(etag, ''),
+	extract(epoch FROM clock_timestamp() - updated_at)::float8`
 
 func scanAttempts(rows pgx.Rows, err error) ([]Attempt, error) {
 	if err != nil {
@@ -192,7 +197,9 @@ func scanAttempts(rows pgx.Rows, err error) ([]Attempt, error) {
 	}
 	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (Attempt, error) {
 		var a Attempt
-		err := r.Scan(&a.ID, &a.Bucket, &a.Key, &a.Op, &a.State, &a.Gateway, &a.DeclaredSize, &a.Checksum, &a.UploadID, &a.UploadAttempt, &a.Generation, &a.ETag)
+		var age float64
+		err := r.Scan(&a.ID, &a.Bucket, &a.Key, &a.Op, &a.State, &a.Gateway, &a.DeclaredSize, &a.Checksum, &a.UploadID, &a.UploadAttempt, &a.Generation, &a.ETag, &age)
+		a.InState = time.Duration(age * float64(time.Second))
 		return a, err
 	})
 }
@@ -393,6 +400,18 @@ func (c *Catalog) MarkDeadUnknown(ctx context.Context, bucket, key string) error
 	_, err := c.Pool.Exec(ctx, `UPDATE attempts a SET state = 'unknown', reason = 'lease expired', updated_at = clock_timestamp()
 		WHERE bucket = $1 AND key = $2 AND state = 'leased' AND `+holderGone,
 		bucket, key)
+	return err
+}
+
+// CloseGuards ends unknown attempts of a key that can no longer land (their
+// horizon has passed, lease/settle.go): failed, with reason, and the key's
+// generation at the close recorded, after which they cannot have landed.
+func (c *Catalog) CloseGuards(ctx context.Context, bucket, key string, ids []string, reason string) error {
+	// updated_at is kept: it says when the attempt became unknown, which the
+	// chaos checker reads for the generation the attempt was fenced on.
+	_, err := c.Pool.Exec(ctx, `UPDATE attempts SET state = 'failed', reason = $4,
+			generation = (SELECT generation FROM catalog WHERE bucket = $1 AND key = $2)
+		WHERE bucket = $1 AND key = $2 AND attempt_id = ANY($3::uuid[]) AND state = 'unknown'`, bucket, key, ids, reason)
 	return err
 }
 
