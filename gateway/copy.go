@@ -47,6 +47,9 @@ func (s *Server) copyObject(ctx *fasthttp.RequestCtx, r *request) *apiError {
 		if errors.As(err, &se) && se.Status == http.StatusForbidden {
 			return errAccessDenied
 		}
+		if errors.Is(err, store.ErrNoSuchBucket) {
+			return errNoSuchBucket // the source's bucket, as S3 answers
+		}
 		s.deps.Log.Warn("HEAD of a copy source failed", "request_id", r.id, "err", err)
 		return errStoreUnreached
 	}

@@ -151,7 +151,9 @@ type Driver interface {
 	MarkDeadUnknown(ctx context.Context, bucket, key string) error
 	// CloseGuards fails unknown attempts past their horizon (settle.go).
 	CloseGuards(ctx context.Context, bucket, key string, ids []string, reason string) error
-	ClaimUnresolved(ctx context.Context, limit int, claimFor time.Duration) ([][2]string, error)
+	// ClaimUnresolved claims keys with unresolved attempts; an unknown
+	// attempt's claim never runs far past its horizon (settle.go).
+	ClaimUnresolved(ctx context.Context, limit int, claimFor, horizon time.Duration) ([][2]string, error)
 	NoteTry(ctx context.Context, bucket, key, errText string) error
 
 	// Gateway sessions.

@@ -202,12 +202,16 @@ func (c *Catalog) sendBatch(calls []*batchedCall) {
 			wakeups = append(wakeups, bc.notify)
 		}
 	}
-	if len(wakeups) > 0 {
-		// The batch's commits wake outbox consumers in its own transaction:
-		// no transaction of their own (notify.go).
-		b.Queue(`SELECT pg_notify($1, p) FROM unnest($2::text[]) AS p`, outboxChannel, wakeups)
-	}
 	err := c.Pool.SendBatch(ctx, b).Close()
+	if err == nil {
+		// The batch's commits wake outbox consumers after it, never inside
+		// its transaction: a full notification queue fails a transaction
+		// that NOTIFYs at its commit, and a wake-up must cost latency at
+		// most, never a write (notify.go).
+		for _, w := range wakeups {
+			c.notifyOutbox(w)
+		}
+	}
 	c.writes.mu.Lock()
 	c.writes.calls += int64(len(live))
 	c.writes.batches++

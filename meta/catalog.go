@@ -352,7 +352,7 @@ func (c *Catalog) ForgetBucket(ctx context.Context, bucket string) error {
 // leased by a holder whose lease expired), oldest first, for claimFor: a claim
 // token is stamped on their attempts (and a try counted) before any storage
 // I/O, and SKIP LOCKED keeps concurrent reconcilers on different keys.
-func (c *Catalog) ClaimUnresolved(ctx context.Context, limit int, claimFor time.Duration) ([][2]string, error) {
+func (c *Catalog) ClaimUnresolved(ctx context.Context, limit int, claimFor, horizon time.Duration) ([][2]string, error) {
 	token := NewID()
 	rows, err := c.Pool.Query(ctx, `WITH picked AS (
 			SELECT attempt_id FROM attempts a
@@ -362,12 +362,17 @@ func (c *Catalog) ClaimUnresolved(ctx context.Context, limit int, claimFor time.
 			-- not starve newer ones
 			ORDER BY coalesce(claimed_until, updated_at) LIMIT $1 FOR UPDATE SKIP LOCKED)
 		-- A guard tried three times and still unproven (its bytes never showed
-		-- up, its fence never excluded it) is retried less and less often: up
-		-- to 64 claims apart, not every claim period forever.
+		-- up) is retried less and less often: up to 64 claims apart, but an
+		-- unknown one never past its horizon by more than a claim period, so
+		-- the settle that closes it comes soon after the horizon passes.
 		UPDATE attempts a SET claim_token = $2, tries = tries + 1,
-			claimed_until = clock_timestamp() + $3::interval * power(2, greatest(least(a.tries, 8) - 2, 0))
+			claimed_until = clock_timestamp() + CASE
+				WHEN a.state = 'unknown' AND a.updated_at + $4::interval > clock_timestamp()
+				THEN least($3::interval * power(2, greatest(least(a.tries, 8) - 2, 0)),
+					a.updated_at + $4::interval - clock_timestamp() + $3::interval / 4)
+				ELSE $3::interval * power(2, greatest(least(a.tries, 8) - 2, 0)) END
 		FROM picked WHERE a.attempt_id = picked.attempt_id
-		RETURNING a.bucket, a.key`, limit, token, claimFor.String())
+		RETURNING a.bucket, a.key`, limit, token, claimFor.String(), horizon.String())
 	if err != nil {
 		return nil, err
 	}
