@@ -53,6 +53,12 @@ type Config struct {
 	GuardHorizon time.Duration
 }
 
+// YieldFor is how long a gateway's writers leave a key they just released
+// to waiting writers of other gateways (meta/migrations/0010): a hot key
+// reaches another gateway's waiter within one write and this, whether or not
+// that gateway listens for releases.
+const YieldFor = time.Second
+
 // DefaultGuardHorizon is GuardHorizon's default.
 const DefaultGuardHorizon = 20 * time.Minute
 
@@ -280,10 +286,13 @@ func (m *Manager) Acquire(ctx context.Context, req Request) (l *Lease, err error
 			return nil, err
 		}
 		p.Session = sid
-		// A writer that would wait marks the key while the release listener
-		// is subscribed, so the key's release elsewhere is announced here.
-		listening, listenEpoch := m.queues.listenState()
-		p.Wait = queued != nil && listening
+		// A writer that would wait marks the key, so the key's release
+		// elsewhere is announced here (while the release listener is
+		// subscribed) and, listener or not, a holder of another gateway
+		// releases the key instead of handing it to its own waiters, and its
+		// gateway yields it for YieldFor.
+		_, listenEpoch := m.queues.listenState()
+		p.Wait = queued != nil
 		sent := time.Now()
 		dctx, cancel := m.dbctx(ctx)
 		acq, err := m.db.Acquire(dctx, p)

@@ -44,8 +44,9 @@ type Attempt struct {
 	UploadAttempt string
 	Generation    int64
 	ETag          string
-	// InState is how long the attempt has been in its state, on
-	// PostgreSQL's clock when it was read.
+	// InState is how long the attempt has been in its state (an unknown
+	// one: since it last became unknown), on PostgreSQL's clock when it was
+	// read.
 	InState time.Duration
 }
 

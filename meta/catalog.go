@@ -189,7 +189,7 @@ const holderGone = `NOT EXISTS (SELECT 1 FROM leases l WHERE l.bucket = a.bucket
 
 const attemptColumns = `attempt_id::text, bucket, key, op, state, gateway, coalesce(declared_size, -1), coalesce(checksum, ''),
 	coalesce(upload_id, ''), coalesce(upload_attempt::text, ''), coalesce(generation, 0), coalesce(etag, ''),
-	extract(epoch FROM clock_timestamp() - updated_at)::float8`
+	extract(epoch FROM clock_timestamp() - CASE WHEN state = 'unknown' THEN coalesce(unknown_at, updated_at) ELSE updated_at END)::float8`
 
 func scanAttempts(rows pgx.Rows, err error) ([]Attempt, error) {
 	if err != nil {
@@ -367,9 +367,9 @@ func (c *Catalog) ClaimUnresolved(ctx context.Context, limit int, claimFor, hori
 		-- the settle that closes it comes soon after the horizon passes.
 		UPDATE attempts a SET claim_token = $2, tries = tries + 1,
 			claimed_until = clock_timestamp() + CASE
-				WHEN a.state = 'unknown' AND a.updated_at + $4::interval > clock_timestamp()
+				WHEN a.state = 'unknown' AND coalesce(a.unknown_at, a.updated_at) + $4::interval > clock_timestamp()
 				THEN least($3::interval * power(2, greatest(least(a.tries, 8) - 2, 0)),
-					a.updated_at + $4::interval - clock_timestamp() + $3::interval / 4)
+					coalesce(a.unknown_at, a.updated_at) + $4::interval - clock_timestamp() + $3::interval / 4)
 				ELSE $3::interval * power(2, greatest(least(a.tries, 8) - 2, 0)) END
 		FROM picked WHERE a.attempt_id = picked.attempt_id
 		RETURNING a.bucket, a.key`, limit, token, claimFor.String(), horizon.String())
@@ -412,9 +412,7 @@ func (c *Catalog) MarkDeadUnknown(ctx context.Context, bucket, key string) error
 // horizon has passed, lease/settle.go): failed, with reason, and the key's
 // generation at the close recorded, after which they cannot have landed.
 func (c *Catalog) CloseGuards(ctx context.Context, bucket, key string, ids []string, reason string) error {
-	// updated_at is kept: it says when the attempt became unknown, which the
-	// chaos checker reads for the generation the attempt was fenced on.
-	_, err := c.Pool.Exec(ctx, `UPDATE attempts SET state = 'failed', reason = $4,
+	_, err := c.Pool.Exec(ctx, `UPDATE attempts SET state = 'failed', reason = $4, updated_at = clock_timestamp(),
 			generation = (SELECT generation FROM catalog WHERE bucket = $1 AND key = $2)
 		WHERE bucket = $1 AND key = $2 AND attempt_id = ANY($3::uuid[]) AND state = 'unknown'`, bucket, key, ids, reason)
 	return err

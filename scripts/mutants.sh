@@ -25,6 +25,7 @@ MUTANTS=(
   "keep-lost-acquire#lease/lease.go#m.release(req.Bucket, req.Key, id, Ending{State: StateFailed,#m.release(req.Bucket, req.Key, NewID(), Ending{State: StateFailed,#./lease:^TestLostAcquireAnswerFreesKey\$"
   "close-before-horizon#lease/settle.go#if a.State == StateUnknown \&\& a.ID != adopted \&\& a.InState > horizon {#if a.State == StateUnknown \&\& a.ID != adopted {#./lease:^TestGuardClosedOnlyPastItsHorizon\$#./conformance:^(TestStarGuardOutlivesLaterGenerationAndDelete)\$"
   "missing-bucket-as-busy#gateway/write.go#if errors.Is(err, lease.ErrNoSuchBucket) {#if false \&\& errors.Is(err, lease.ErrNoSuchBucket) {#./conformance:^TestWriteToMissingBucket\$"
+  "waiters-mark-only-listening#lease/lease.go#p.Wait = queued != nil#p.Wait = queued != nil \&\& false#./lease:^TestOtherGatewayGetsHotKey\$"
   "drop-copy-source-read-check#gateway/admit.go#if !r.akey.allowed(PermRead, srcBucket) {#if false \&\& !r.akey.allowed(PermRead, srcBucket) {#./conformance:^(TestSecurityCopySourceAnyCase)\$"
   "header-exact-case#gateway/admit.go#copySource := hdr.get(\"x-amz-copy-source\")#copySource := string(ctx.Request.Header.Peek(\"X-Amz-Copy-Source\"))#./conformance:^(TestSecurityCopySourceAnyCase|TestSecurityAWSCLILowerCaseHeaders|TestConditionalWritesAwsCLI)\$"
 )

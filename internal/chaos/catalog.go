@@ -91,12 +91,14 @@ var digits = regexp.MustCompile(`[0-9]+`)
 type attemptRecord struct {
 	state, reason string
 	gen           int64
-	// fence is what the attempt was fenced on, for one whose outcome is not
-	// known: the key's last generation committed before it became unknown
-	// (every generation of the key in between was committed under its
-	// lease, by its own settle). Absent: no such generation, or a delete.
+	// fence is what the attempt was fenced on, for one whose outcome was
+	// unknown at some point: the key's last generation committed before it
+	// became unknown (every generation of the key since its lease began was
+	// committed under that lease, by its own settle). Absent: no such
+	// generation, or a delete.
 	fenceETag   string
 	fenceAbsent bool
+	fenceKnown  bool // it was unknown at some point (attempts.unknown_at)
 }
 
 // settleUnknowns resolves the PUTs whose client never learned the outcome
@@ -115,10 +117,10 @@ func (c *catalog) settleUnknowns(ctx context.Context, ops []history.Op, start ti
 		return nil, err
 	}
 	rows, err := c.pool.Query(ctx, `SELECT a.bucket, a.key, a.checksum, a.state, coalesce(a.reason, ''), coalesce(a.generation, 0),
-			coalesce(f.etag, ''), coalesce(f.deleted, true)
+			coalesce(f.etag, ''), coalesce(f.deleted, true), a.unknown_at IS NOT NULL
 		FROM attempts a LEFT JOIN LATERAL (
 			SELECT g.etag, g.deleted FROM generations g
-			WHERE g.bucket = a.bucket AND g.key = a.key AND g.committed_at <= a.updated_at
+			WHERE g.bucket = a.bucket AND g.key = a.key AND g.committed_at <= a.unknown_at
 			ORDER BY g.generation DESC LIMIT 1) f ON true
 		WHERE a.op = 'put' AND a.checksum IS NOT NULL`)
 	if err != nil {
@@ -129,7 +131,7 @@ func (c *catalog) settleUnknowns(ctx context.Context, ops []history.Op, start ti
 	for rows.Next() {
 		var b, k, sum string
 		var a attemptRecord
-		if err := rows.Scan(&b, &k, &sum, &a.state, &a.reason, &a.gen, &a.fenceETag, &a.fenceAbsent); err != nil {
+		if err := rows.Scan(&b, &k, &sum, &a.state, &a.reason, &a.gen, &a.fenceETag, &a.fenceAbsent, &a.fenceKnown); err != nil {
 			return nil, err
 		}
 		if _, v, ok := strings.Cut(sum, ":"); ok {
@@ -171,7 +173,7 @@ func (c *catalog) settleUnknowns(ctx context.Context, ops []history.Op, start ti
 		}
 		as := byValue[op.Key+" "+crc32Base64(bodyOf(op.Value))]
 		settleFromAttempts(op, as)
-		if op.Outcome == history.Unknown && op.Cond == history.NoCond {
+		if op.Cond == history.NoCond && (op.Outcome == history.Unknown || strings.HasSuffix(op.Settled, "adopted")) {
 			fenceFromAttempts(op, as, byETag)
 		}
 		counts[op.Settled]++
@@ -211,19 +213,25 @@ func settleFromAttempts(op *history.Op, as []attemptRecord) {
 	}
 }
 
-// fenceFromAttempts gives an unknown PUT sent without a condition of its
-// client's the condition fencegate sent it with: the store applies it, if
-// at all, only while that condition holds, so it takes effect only in such a
-// state (If-None-Match: * when its fence was an absent key, If-Match on the
-// fenced value otherwise). That is the claim that catches a broken fence:
-// without it, a late landing over a newer generation would be linearizable.
+// fenceFromAttempts gives an unknown or adopted PUT sent without a condition
+// of its client's the condition fencegate sent it with: the store applies
+// it, if at all, only while that condition holds, so it takes effect only in
+// such a state (If-None-Match: * when its fence was an absent key, If-Match
+// on the fenced value otherwise). That is the claim that catches a broken
+// fence: without it, a late landing over a newer generation, adopted by the
+// next settle, would be linearizable.
 // Attempts fenced on different states, or on bytes that are no value of the
 // campaign's PUTs, leave the PUT unconditional.
 func fenceFromAttempts(op *history.Op, as []attemptRecord, byETag map[string]string) {
 	cond, value, seen := history.NoCond, "", false
 	for _, a := range as {
-		if a.state != "unknown" && !(a.state == "failed" && strings.HasPrefix(a.reason, horizonReason)) {
+		switch {
+		case op.Outcome == history.OK && a.state != "adopted":
+			continue // an adopted PUT: the adopted attempt's fence
+		case op.Outcome == history.Unknown && a.state != "unknown" && !(a.state == "failed" && strings.HasPrefix(a.reason, horizonReason)):
 			continue
+		case !a.fenceKnown:
+			return // never unknown (adopted from a dead holder's lease): its fence is not known
 		}
 		c, v := history.IfNoneMatch, ""
 		if !a.fenceAbsent {

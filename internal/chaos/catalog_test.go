@@ -41,8 +41,8 @@ func TestSettleFromAttempts(t *testing.T) {
 // where that fence holds: on an absent key for a fence on absence, on the
 // fenced value otherwise (the claim that catches a broken fence, and that a
 // delete reopening If-None-Match: * does not break). Attempts fenced on
-// different states, or on bytes no PUT of the campaign wrote, leave the PUT
-// unconditional.
+// different states, on bytes no PUT of the campaign wrote, or never unknown
+// (their fence is not known), leave the PUT unconditional.
 func TestFenceFromAttempts(t *testing.T) {
 	byETag := map[string]string{md5Hex(bodyOf("c1-1")): "c1-1"}
 	etag := md5Hex(bodyOf("c1-1"))
@@ -52,17 +52,25 @@ func TestFenceFromAttempts(t *testing.T) {
 		cond  history.Cond
 		value string
 	}{
-		{"fenced on absence", []attemptRecord{{state: "unknown", fenceAbsent: true}}, history.IfNoneMatch, ""},
-		{"fenced on a value", []attemptRecord{{state: "unknown", fenceETag: etag}}, history.IfMatch, "c1-1"},
-		{"closed past its horizon", []attemptRecord{{state: "failed", reason: "past its horizon (20m0s)", fenceETag: etag}}, history.IfMatch, "c1-1"},
-		{"fenced on foreign bytes", []attemptRecord{{state: "unknown", fenceETag: "0123"}}, history.NoCond, ""},
-		{"two fences", []attemptRecord{{state: "unknown", fenceAbsent: true}, {state: "unknown", fenceETag: etag}}, history.NoCond, ""},
-		{"a refused try beside an unknown one", []attemptRecord{{state: "failed", reason: "the store answered 412"}, {state: "unknown", fenceAbsent: true}}, history.IfNoneMatch, ""},
+		{"fenced on absence", []attemptRecord{{state: "unknown", fenceKnown: true, fenceAbsent: true}}, history.IfNoneMatch, ""},
+		{"fenced on a value", []attemptRecord{{state: "unknown", fenceKnown: true, fenceETag: etag}}, history.IfMatch, "c1-1"},
+		{"closed past its horizon", []attemptRecord{{state: "failed", reason: "past its horizon (20m0s)", fenceKnown: true, fenceETag: etag}}, history.IfMatch, "c1-1"},
+		{"fenced on foreign bytes", []attemptRecord{{state: "unknown", fenceKnown: true, fenceETag: "0123"}}, history.NoCond, ""},
+		{"two fences", []attemptRecord{{state: "unknown", fenceKnown: true, fenceAbsent: true}, {state: "unknown", fenceKnown: true, fenceETag: etag}}, history.NoCond, ""},
+		{"never unknown", []attemptRecord{{state: "unknown", fenceETag: etag}}, history.NoCond, ""},
+		{"a refused try beside an unknown one", []attemptRecord{{state: "failed", reason: "the store answered 412"}, {state: "unknown", fenceKnown: true, fenceAbsent: true}}, history.IfNoneMatch, ""},
 	} {
 		op := history.Op{Kind: history.Write, Outcome: history.Unknown, Value: "c2-1"}
 		fenceFromAttempts(&op, tc.as, byETag)
 		if op.Cond != tc.cond || op.CondValue != tc.value {
 			t.Errorf("%s: condition %q %q, want %q %q", tc.name, op.Cond, op.CondValue, tc.cond, tc.value)
 		}
+	}
+	// An adopted PUT: the adopted attempt's fence, not another try's.
+	op := history.Op{Kind: history.Write, Outcome: history.OK, Value: "c2-1"}
+	fenceFromAttempts(&op, []attemptRecord{{state: "unknown", fenceKnown: true, fenceAbsent: true},
+		{state: "adopted", fenceKnown: true, fenceETag: etag}}, byETag)
+	if op.Cond != history.IfMatch || op.CondValue != "c1-1" {
+		t.Errorf("adopted: condition %q %q, want the adopted attempt's If-Match c1-1", op.Cond, op.CondValue)
 	}
 }

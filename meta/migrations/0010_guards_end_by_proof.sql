@@ -15,6 +15,51 @@
 -- it already holds instead of refusing it as held, which left the key
 -- orphaned until its TTL ran out.
 
+--
+-- Fairness across gateways (lease/lease.go, YieldFor): a writer that will
+-- wait marks the key's row whether or not its gateway listens for releases
+-- (lease/lease.go), and the update that frees a row marked by a writer of
+-- another gateway than the releasing holder's makes the holder's gateway
+-- yield: for one second (yield_until) its writers cannot take the free key,
+-- so a hot key that one gateway's writers hand each other reaches the other
+-- gateways' waiters within one write and that second, listener or not.
+
+-- attempts.unknown_at: when the attempt last became unknown (a trigger
+-- stamps every move into that state, whoever makes it). A guard's horizon
+-- counts from it, and it tells which generation the attempt was fenced on
+-- (the key's last one committed before it), even after the attempt was
+-- adopted or closed.
+ALTER TABLE attempts ADD COLUMN unknown_at timestamptz;
+UPDATE attempts SET unknown_at = updated_at WHERE state = 'unknown';
+
+CREATE FUNCTION fencegate_attempt_unknown() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    NEW.unknown_at := clock_timestamp();
+    RETURN NEW;
+END $$;
+
+CREATE TRIGGER attempts_unknown BEFORE UPDATE OF state ON attempts FOR EACH ROW
+    WHEN (NEW.state = 'unknown' AND OLD.state IS DISTINCT FROM 'unknown')
+    EXECUTE FUNCTION fencegate_attempt_unknown();
+
+ALTER TABLE leases ADD COLUMN yield_from text, ADD COLUMN yield_until timestamptz;
+
+CREATE OR REPLACE FUNCTION fencegate_lease_released() RETURNS trigger LANGUAGE plpgsql AS $$
+DECLARE
+    v_gateway text;
+BEGIN
+    SELECT gateway INTO v_gateway FROM attempts WHERE attempt_id = OLD.holder;
+    IF OLD.wakeup = '*' OR v_gateway IS DISTINCT FROM OLD.wakeup THEN
+        PERFORM pg_notify('fencegate_lease_released', fencegate_key_hash(OLD.bucket, OLD.key));
+        IF v_gateway IS NOT NULL THEN
+            NEW.yield_from := v_gateway;
+            NEW.yield_until := clock_timestamp() + interval '1 second';
+        END IF;
+    END IF;
+    NEW.wakeup := NULL;
+    RETURN NEW;
+END $$;
+
 -- fencegate_commit records a generation under p_holder's lease and returns it,
 -- or NULL (nothing written) when the lease is no longer held: taken over,
 -- expired, or its session dead.
@@ -81,10 +126,13 @@ DECLARE
     v_mark    text;
     v_found   boolean := false; -- the key's row was there (locked)
     v_new     boolean := false; -- this call inserted it, leased to p_holder
+    v_yield_from  text;
+    v_yield_until timestamptz;
 BEGIN
     acquired := false;
     FOR i IN 1..2 LOOP
-        SELECT holder, expires_at, session, wakeup INTO v_holder, v_expires, v_session, v_wakeup
+        SELECT holder, expires_at, session, wakeup, yield_from, yield_until
+            INTO v_holder, v_expires, v_session, v_wakeup, v_yield_from, v_yield_until
             FROM leases WHERE bucket = p_bucket AND key = p_key FOR UPDATE;
         v_found := FOUND;
         EXIT WHEN v_found;
@@ -103,9 +151,12 @@ BEGIN
         -- The caller holds it already: an earlier call (or a hand-over) took
         -- it and its answer was lost. It keeps the lease it has.
         UPDATE leases SET expires_at = clock_timestamp() + p_ttl WHERE bucket = p_bucket AND key = p_key;
-    ELSIF fencegate_lease_live(v_holder, v_expires, v_session) THEN
-        holder_live_for := extract(epoch FROM least(v_expires,
-            (SELECT s.expires_at FROM sessions s WHERE s.session_id = v_session)) - clock_timestamp());
+    ELSIF fencegate_lease_live(v_holder, v_expires, v_session)
+            OR (v_yield_from = p_gateway AND v_yield_until > clock_timestamp()) THEN
+        -- Held by a live writer, or free while this gateway yields it to
+        -- the others (its last holder's gateway, see above).
+        holder_live_for := extract(epoch FROM coalesce(least(v_expires,
+            (SELECT s.expires_at FROM sessions s WHERE s.session_id = v_session)), v_yield_until) - clock_timestamp());
         IF p_wait THEN
             v_mark := CASE WHEN v_wakeup IS NULL OR v_wakeup = p_gateway THEN p_gateway ELSE '*' END;
             IF v_mark IS DISTINCT FROM v_wakeup THEN
@@ -119,7 +170,8 @@ BEGIN
                 FROM sessions s WHERE s.session_id = v_session
                   AND (s.ended_at IS NOT NULL OR s.expires_at <= clock_timestamp());
         END IF;
-        UPDATE leases SET holder = p_holder, expires_at = clock_timestamp() + p_ttl, progress_at = NULL, session = p_session
+        UPDATE leases SET holder = p_holder, expires_at = clock_timestamp() + p_ttl, progress_at = NULL, session = p_session,
+                yield_from = NULL, yield_until = NULL
             WHERE bucket = p_bucket AND key = p_key;
         IF v_holder IS NOT NULL THEN
             -- the previous holder lost its lease: it may have landed
