@@ -5,7 +5,10 @@ import (
 	"context"
 	"testing"
 
+	"github.com/aws/aws-sdk-go-v2/service/s3"
+
 	"github.com/fencegate/fencegate/internal/faultproxy"
+	"github.com/fencegate/fencegate/internal/stack"
 )
 
 // A guard leaves only by proof (docs/DESIGN.md, "When a guard ends"). No
@@ -167,4 +170,43 @@ func leaseExpiredOrFree(t *testing.T, bucket, key string) bool {
 		t.Fatal(err)
 	}
 	return held == 0
+}
+
+// A versioned DELETE answered 5xx may have removed the version: its attempt
+// is left unknown (a guard), never failed (issue 27, item 7).
+func TestVersionedDelete5xxIsUnknown(t *testing.T) {
+	fp, fep := faultStore(t)
+	g := startGateway(t, gatewayOptions{Store: &fep})
+	bucket := "t-verdel5xx-" + randomSuffix()
+	createBucket(t, g.Endpoint, bucket)
+	if r := doRaw(g.Endpoint, "PUT", "/"+bucket+"?versioning",
+		[]byte(`<VersioningConfiguration><Status>Enabled</Status></VersioningConfiguration>`), nil); r.Status != 200 {
+		t.Fatalf("enable versioning: %+v", r)
+	}
+	r := putRaw(g.Endpoint, bucket, "k", []byte("a version"), nil)
+	if r.Status != 200 {
+		t.Fatalf("PUT: %+v", r)
+	}
+	version := headVersionID(t, g.Store, bucket, "k")
+	fp.Fail(faultproxy.MethodPath("DELETE", "/"+bucket+"/k"), 1, 503, "")
+	if r := doRaw(g.Endpoint, "DELETE", "/"+bucket+"/k?versionId="+version, nil, nil); r.Status != 503 {
+		t.Fatalf("versioned DELETE through a failing store: %+v, want the store's 503", r)
+	}
+	as := attemptsOf(t, bucket, "k")
+	if last := as[len(as)-1]; last.Op != "delete" || last.State != "unknown" {
+		t.Fatalf("attempts %+v: the versioned DELETE answered 503 is %s, want unknown", as, last.State)
+	}
+}
+
+// headVersionID is the current version id of key, straight from the store.
+func headVersionID(t *testing.T, store stack.Endpoint, bucket, key string) string {
+	t.Helper()
+	out, err := store.S3Client().HeadObject(context.Background(), &s3.HeadObjectInput{Bucket: &bucket, Key: &key})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out.VersionId == nil || *out.VersionId == "" {
+		t.Fatal("the store gave no version id")
+	}
+	return *out.VersionId
 }

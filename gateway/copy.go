@@ -68,7 +68,7 @@ func (s *Server) copyObject(ctx *fasthttp.RequestCtx, r *request) *apiError {
 	declared := info.Size
 	pinned := !r.hdr.has("x-amz-copy-source-if-match")
 	return s.writeKey(ctx, r, u, keyWrite{
-		op: "copy", declared: declared, clientCond: hasClientCondition(r),
+		op: "copy", declared: declared, clientCond: hasClientCondition(r), otherCond: hasConditionBesideFence(r),
 		prepare: func(u *upstream, id string) *apiError {
 			h := u.req.Header
 			if !replace {

@@ -208,7 +208,7 @@ func (s *Server) completeUpload(ctx *fasthttp.RequestCtx, r *request) *apiError 
 		return errMalformedXML
 	}
 	w := keyWrite{
-		op: "complete", declared: -1, clientCond: hasClientCondition(r),
+		op: "complete", declared: -1, clientCond: hasClientCondition(r), otherCond: hasConditionBesideFence(r),
 		acknowledge: func(resp *http.Response) (lease.Landed, *apiError) {
 			body, e := readResult(resp)
 			if e != nil {
