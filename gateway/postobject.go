@@ -265,31 +265,17 @@ func (s *Server) postUpstream(r *request, body *spooled, headers http.Header, po
 	return u, nil
 }
 
-// postObjectFields are the form fields that are object properties, sent
-// upstream as the headers of the same name.
-var postObjectFields = map[string]bool{
-	"content-type": true, "cache-control": true, "content-disposition": true, "content-encoding": true,
-	"content-language": true, "expires": true,
-}
-
-// postNotForwarded are x-amz-* form fields that describe the form's own
-// signature, or that fencegate sets itself.
-var postNotForwarded = map[string]bool{
-	"x-amz-algorithm": true, "x-amz-credential": true, "x-amz-date": true, "x-amz-signature": true,
-	"x-amz-security-token": true, "x-amz-checksum-algorithm": true,
-}
-
-// postHeaders maps the form's fields to the PutObject's headers: object
-// properties, x-amz-meta-* (in lower case) and the other x-amz-* fields S3
-// acts on, acl as x-amz-acl, and tagging (an XML document in a form) as
-// x-amz-tagging's query form. Checksums travel as the trailer.
+// postHeaders maps the form's fields to the PutObject's headers: the fields
+// S3 documents for POST Object that the allow-list lets through as form
+// fields (tostore.go: object properties, encryption, storage class,
+// x-amz-meta-*), acl as x-amz-acl, and tagging (an XML document in a form) as
+// x-amz-tagging's query form. Checksums travel as the trailer. Every other
+// field, signed by the policy or not (x-amz-copy-source, a directive, a
+// grant), stays at the gateway: a form stores its own file and nothing else.
 func postHeaders(post *sigv4.PostObject) (http.Header, *apiError) {
 	h := http.Header{}
 	for _, f := range post.Fields {
-		name := f.Name
-		switch {
-		case postObjectFields[name]:
-			h.Set(name, f.Value)
+		switch name := f.Name; {
 		case name == "acl":
 			h.Set("X-Amz-Acl", f.Value)
 		case name == "tagging":
@@ -298,14 +284,8 @@ func postHeaders(post *sigv4.PostObject) (http.Header, *apiError) {
 				return nil, errMalformedTagging
 			}
 			h.Set("X-Amz-Tagging", q)
-		case strings.HasPrefix(name, "x-amz-meta-"):
-			if forwardedHeader(name) {
-				h[name] = []string{f.Value}
-			}
-		case strings.HasPrefix(name, "x-amz-"):
-			if _, isChecksum := store.ChecksumHeaders[name]; !isChecksum && !postNotForwarded[name] && forwardedHeader(name) {
-				h.Set(name, f.Value)
-			}
+		case reachesStore(name, asFormField):
+			h[upstreamName(name)] = []string{f.Value}
 		}
 	}
 	return h, nil
