@@ -313,8 +313,13 @@ func (s *Server) smallBody(ctx *fasthttp.RequestCtx, r *request) ([]byte, error)
 	if n := br.DecodedLength(); n > maxSmallBody {
 		return nil, withClose(errMaxMessageLength)
 	}
-	// Held whole: take its share of the body memory first (limits.go).
-	if e := s.takeBodyMemory(ctx, br.DecodedLength()); e != nil {
+	// Held whole: take its share of the body memory first (limits.go); a
+	// request without a key, from the unverified share.
+	take := s.takeBodyMemory
+	if r.akey == nil || r.akey.ID == anonymousID {
+		take = s.takeUnverifiedMemory
+	}
+	if e := take(ctx, br.DecodedLength()); e != nil {
 		return nil, e
 	}
 	g := newBodyGuard(br, ctx.Conn(), s.cfg.BodyStallTimeout)

@@ -31,8 +31,9 @@ import (
 // every object body. Fields after the file part are ignored, as S3 does.
 
 // maxPostFields bounds the bytes of a form before its file part (field
-// names, values and part headers); they are held in memory, taken from
-// --max-body-memory.
+// names, values and part headers); they are held in memory, taken from the
+// unverified share of --max-body-memory until the policy is verified
+// (limits.go), then from the budget itself.
 const maxPostFields = 64 << 10
 
 // maxPostEpilogue is how much of a form after its file part is read and
@@ -86,7 +87,9 @@ func (s *Server) postObject(ctx *fasthttp.RequestCtx, r *request) *apiError {
 	if err != nil || mt != "multipart/form-data" || params["boundary"] == "" {
 		return withClose(errNotAForm)
 	}
-	if e := s.takeBodyMemory(ctx, maxPostFields); e != nil {
+	// Until its policy is verified the form is anyone's: its fields come
+	// from the unverified share of body memory (limits.go).
+	if e := s.takeUnverifiedMemory(ctx, maxPostFields); e != nil {
 		return e
 	}
 	guard := newBodyGuard(ctx.RequestBodyStream(), ctx.Conn(), s.cfg.BodyStallTimeout)
@@ -131,6 +134,7 @@ func (s *Server) postObject(ctx *fasthttp.RequestCtx, r *request) *apiError {
 			fields = append(fields, sigv4.HeaderField{Name: name, Value: string(v)})
 		}
 	}
+	fieldBytes := maxPostFields - pre.left
 	pre.left = -1
 
 	post, err := s.verifier.VerifyPost(&sigv4.PostRequest{Bucket: r.bucket, Fields: fields, Filename: file.FileName()})
@@ -142,6 +146,12 @@ func (s *Server) postObject(ctx *fasthttp.RequestCtx, r *request) *apiError {
 	if r.akey == nil {
 		return withClose(errAccessDenied)
 	}
+	// Verified: the fields read are held from the body memory authenticated
+	// requests share, and the unverified share is given back.
+	if e := s.takeBodyMemory(ctx, fieldBytes); e != nil {
+		return e
+	}
+	s.releaseUnverifiedMemory(ctx)
 	headers, e := postHeaders(post)
 	if e != nil {
 		return withClose(e)
