@@ -25,8 +25,8 @@ import (
 // VerifyPost), not by its headers: admission lets it through to here. The
 // fields before the file part are read (at most maxPostFields bytes), the
 // policy verified and the key's grant checked; then the file part is spooled
-// whole (spool.go: memory, else an unlinked file, under --spool-budget) while
-// content-length-range is enforced, and sent as a PutObject through the
+// whole (spool.go: memory, else an unlinked file, under --spool-budget, taken
+// as the bytes arrive) while content-length-range is enforced, and sent as a PutObject through the
 // write protocol (keyedWrite), aws-chunked with a trailing checksum like
 // every object body. Fields after the file part are ignored, as S3 does.
 
@@ -40,7 +40,8 @@ const maxPostFields = 64 << 10
 // ignored so its connection can be kept; a longer one closes it.
 const maxPostEpilogue = 64 << 10
 
-// postSpoolWait is how long a form waits for spool space.
+// postSpoolWait is how long a form waits for each piece of spool space it
+// takes as its file arrives.
 const postSpoolWait = 2 * time.Second
 
 var (
@@ -178,15 +179,15 @@ func (s *Server) postObject(ctx *fasthttp.RequestCtx, r *request) *apiError {
 	if post.MaxLength >= 0 && post.MaxLength < limit {
 		limit = post.MaxLength
 	}
-	if !s.spool.reserve(limit, postSpoolWait) {
-		return withClose(errSlowDown)
-	}
 	br, err := post.Auth.Body(file)
 	if err != nil {
 		return withClose(asAPIError(err))
 	}
-	body, err := s.spool.fillUpTo(br, limit)
+	body, err := s.spool.fillUpTo(br, limit, postSpoolWait)
 	if err != nil {
+		if errors.Is(err, errSpoolFull) {
+			return withClose(errSlowDown)
+		}
 		if errors.Is(err, errBodyLonger) {
 			return withClose(asAPIError(sigv4.ErrEntityTooLarge(limit+1, limit)))
 		}
