@@ -285,7 +285,9 @@ func (s *Server) postUpstream(r *request, body *spooled, headers http.Header, po
 // grant), stays at the gateway: a form stores its own file and nothing else.
 func postHeaders(post *sigv4.PostObject) (http.Header, *apiError) {
 	h := http.Header{}
+	metadata := 0
 	for _, f := range post.Fields {
+		metadata += userMetadataSize(f.Name, f.Value)
 		switch name := f.Name; {
 		case name == "acl":
 			h.Set("X-Amz-Acl", f.Value)
@@ -298,6 +300,9 @@ func postHeaders(post *sigv4.PostObject) (http.Header, *apiError) {
 		case reachesStore(name, asFormField):
 			h[upstreamName(name)] = []string{f.Value}
 		}
+	}
+	if metadata > maxUserMetadata {
+		return nil, metadataTooLarge(metadata)
 	}
 	return h, nil
 }

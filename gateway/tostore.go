@@ -1,9 +1,12 @@
 package gateway
 
 import (
+	"net/http"
+	"strconv"
 	"strings"
 
 	"github.com/fencegate/fencegate/gateway/store"
+	"github.com/fencegate/fencegate/sigv4"
 )
 
 // Which of a client's headers may reach the store is decided here, and only
@@ -105,3 +108,36 @@ func reachesStore(lower string, via arrival) bool {
 // the store. The headers that describe the client's own signature and
 // framing (readByGateway) are not in the list: the gateway's replace them.
 func forwardedHeader(lower string) bool { return reachesStore(lower, asHeader) }
+
+// maxUserMetadata is S3's limit on an object's user metadata: the bytes of
+// each x-amz-meta-* key (without its prefix) and value, summed.
+const maxUserMetadata = 2 << 10
+
+// metadataTooLarge is S3's answer to user metadata over maxUserMetadata.
+func metadataTooLarge(size int) *apiError {
+	return &apiError{Code: "MetadataTooLarge", Status: http.StatusBadRequest,
+		Message: "Your metadata headers exceed the maximum allowed metadata size.",
+		Fields:  []sigv4.Field{{Name: "Size", Value: strconv.Itoa(size)}, {Name: "MaxSizeAllowed", Value: strconv.Itoa(maxUserMetadata)}}}
+}
+
+// userMetadataSize is the size S3 counts of the user metadata among names
+// and values (names in lower case).
+func userMetadataSize(name, value string) int {
+	if k, ok := strings.CutPrefix(name, "x-amz-meta-"); ok {
+		return len(k) + len(value)
+	}
+	return 0
+}
+
+// checkUserMetadata refuses a request whose headers carry more user
+// metadata than S3 allows.
+func (v *headerView) checkUserMetadata() *apiError {
+	size := 0
+	for _, f := range v.fields {
+		size += userMetadataSize(f.name, f.value)
+	}
+	if size > maxUserMetadata {
+		return metadataTooLarge(size)
+	}
+	return nil
+}
