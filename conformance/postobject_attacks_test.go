@@ -27,11 +27,11 @@ import (
 // shared budgets.
 
 // A form's fields reach the store only as the object properties S3
-// documents for POST Object: a key with write on bucket A and no grant on B
-// signs a policy naming x-amz-copy-source B/secret.txt (and other fields S3
-// does not take from a form). The upload stores the form's file and nothing
-// else; A/stolen never holds B's object, in a readable or a write-only
-// bucket.
+// documents for POST Object: a key with write (only) on bucket A and no
+// grant on B signs a policy naming x-amz-copy-source B/secret.txt, and other
+// fields S3 does not take from a form (a metadata directive, a rename
+// source). The upload is refused or stores the form's file and nothing
+// else: A/stolen never holds B's object.
 func TestPostObjectFormCannotCopy(t *testing.T) {
 	g := startGateway(t, gatewayOptions{})
 	a, b := "t-postcpa-"+randomSuffix(), "t-postcpb-"+randomSuffix()
@@ -41,50 +41,35 @@ func TestPostObjectFormCannotCopy(t *testing.T) {
 	if r := putRaw(g.Endpoint, b, "secret.txt", []byte(secret), nil); r.Status != 200 {
 		t.Fatalf("PUT the secret: %+v", r)
 	}
-	// Write only: the key cannot even read back what it uploads.
-	{
-		perm := meta.PermWrite
-		k, err := g.Keys.Create(context.Background(), "A only "+string(perm)+" "+t.Name(), []meta.Grant{{Bucket: a, Permission: perm}})
-		if err != nil {
-			t.Fatal(err)
+	k, err := g.Keys.Create(context.Background(), "write on A only "+t.Name(), []meta.Grant{{Bucket: a, Permission: meta.PermWrite}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ep := g.Endpoint
+	ep.AccessKey, ep.SecretKey = k.ID, k.Secret
+	const key = "stolen"
+	attack := []formField{
+		{"key", key},
+		{"x-amz-copy-source", b + "/secret.txt"},
+		{"x-amz-metadata-directive", "COPY"},
+		{"x-amz-rename-source", b + "/secret.txt"},
+	}
+	conds := []any{map[string]string{"bucket": a}, map[string]string{"key": key}}
+	for _, f := range attack[1:] {
+		conds = append(conds, map[string]string{f.name: f.value})
+	}
+	fields := append(attack, postPolicy(ep, time.Now().Add(time.Hour), conds...)...)
+	resp, body := postForm(t, g.URL, a, fields, "f.txt", []byte("the form's own file"))
+	t.Logf("the form: %s %s", resp.Status, body)
+	got, err := g.Store.S3Client().GetObject(context.Background(), &s3.GetObjectInput{Bucket: aws.String(a), Key: aws.String(key)})
+	if err != nil {
+		if resp.StatusCode < 300 {
+			t.Fatalf("answered %s but nothing at the store: %v", resp.Status, err)
 		}
-		ep := g.Endpoint
-		ep.AccessKey, ep.SecretKey = k.ID, k.Secret
-		key := "stolen-" + string(perm)
-		attack := []formField{
-			{"key", key},
-			{"x-amz-copy-source", b + "/secret.txt"},
-			{"x-amz-metadata-directive", "COPY"},
-			{"x-amz-copy-source-if-match", "*"},
-			{"x-amz-rename-source", b + "/secret.txt"},
-			{"x-amz-grant-read", "uri=http://acs.amazonaws.com/groups/global/AllUsers"},
-		}
-		conds := []any{map[string]string{"bucket": a}, map[string]string{"key": key}}
-		for _, f := range attack[1:] {
-			conds = append(conds, map[string]string{f.name: f.value})
-		}
-		fields := append(attack, postPolicy(ep, time.Now().Add(time.Hour), conds...)...)
-		resp, body := postForm(t, g.URL, a, fields, "f.txt", []byte("the form's own file"))
-		t.Logf("%s: %s %s", perm, resp.Status, body)
-		got, err := g.Store.S3Client().GetObject(context.Background(), &s3.GetObjectInput{Bucket: aws.String(a), Key: aws.String(key)})
-		if err != nil {
-			if resp.StatusCode < 300 {
-				t.Fatalf("%s: answered %s but nothing at the store: %v", perm, resp.Status, err)
-			}
-			return
-		}
-		content := string(readAllClose(t, got.Body))
-		if content != "the form's own file" || resp.StatusCode >= 300 {
-			t.Fatalf("%s: %s, %s/%s holds %q: the form made the store copy from %s", perm, resp.Status, a, key, content, b)
-		}
-		acl, err := g.Store.S3Client().GetObjectAcl(context.Background(), &s3.GetObjectAclInput{Bucket: aws.String(a), Key: aws.String(key)})
-		if err == nil {
-			for _, gr := range acl.Grants {
-				if gr.Grantee != nil && strings.Contains(aws.ToString(gr.Grantee.URI), "AllUsers") {
-					t.Fatalf("%s: a form's x-amz-grant-read made the object public", perm)
-				}
-			}
-		}
+		return
+	}
+	if content := string(readAllClose(t, got.Body)); content != "the form's own file" || resp.StatusCode >= 300 {
+		t.Fatalf("%s, %s/%s holds %q: the form made the store copy from %s", resp.Status, a, key, content, b)
 	}
 }
 
@@ -232,6 +217,9 @@ func TestUnverifiedFormsDoNotHoldBodyMemory(t *testing.T) {
 	createBucket(t, g.Endpoint, bucket)
 	host := strings.TrimPrefix(g.URL, "http://")
 	const attacker = "127.0.0.2"
+	// Past the up to 8 KiB of body the server reads before the handler runs:
+	// the form is in its handler, reading an unfinished field.
+	unfinished := strings.Repeat("u", 12<<10)
 	var conns []net.Conn
 	defer func() {
 		for _, c := range conns {
@@ -246,7 +234,7 @@ func TestUnverifiedFormsDoNotHoldBodyMemory(t *testing.T) {
 		}
 		conns = append(conns, conn)
 		fmt.Fprintf(conn, "POST /%s HTTP/1.1\r\nHost: %s\r\nContent-Type: multipart/form-data; boundary=b\r\nContent-Length: 100000\r\n\r\n"+
-			"--b\r\nContent-Disposition: form-data; name=\"key\"\r\n\r\nunfinished", bucket, host)
+			"--b\r\nContent-Disposition: form-data; name=\"key\"\r\n\r\n%s", bucket, host, unfinished)
 	}
 	time.Sleep(500 * time.Millisecond) // every trickling form is being read
 	t.Logf("64 unverified forms hold %d bytes of body memory", g.Server.BodyMemoryInUse())
