@@ -677,6 +677,7 @@ func Cases() []Case {
 				return e.request("GET", e.path(e.key("absent")), s)
 			})},
 	)
+	add(formCases()...)
 	return cs
 }
 
