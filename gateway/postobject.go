@@ -26,9 +26,9 @@ import (
 // fields before the file part are read (at most maxPostFields bytes), the
 // policy verified and the key's grant checked; then the file part is spooled
 // whole (spool.go: memory, else an unlinked file, under --spool-budget, taken
-// as the bytes arrive) while content-length-range is enforced, and sent as a PutObject through the
-// write protocol (keyedWrite), aws-chunked with a trailing checksum like
-// every object body. Fields after the file part are ignored, as S3 does.
+// as the bytes arrive) while content-length-range is enforced, and sent as a
+// PutObject through the write protocol (keyedWrite), aws-chunked with a
+// trailing checksum like every object body. Fields after the file part are ignored, as S3 does.
 
 // maxPostFields bounds the bytes of a form before its file part (field
 // names, values and part headers); they are held in memory, taken from the
