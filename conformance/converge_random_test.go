@@ -19,6 +19,7 @@ import (
 
 	"github.com/fencegate/fencegate/internal/faultproxy"
 	"github.com/fencegate/fencegate/internal/testenv"
+	"github.com/fencegate/fencegate/lease"
 )
 
 // TestConvergeRandomized mixes gateway writes from several clients through two
@@ -53,9 +54,15 @@ func TestConvergeRandomized(t *testing.T) {
 	t.Logf("seed %d (FENCEGATE_CONVERGE_SEED=%d replays it), duration %s", seed, seed, duration)
 
 	proxy, store := faultStore(t)
+	// This proxy drops answers and fails requests; it never holds one to
+	// deliver later, so a request has reached the store, or never will, by
+	// the time its gateway gives up on it: a one-second guard horizon is
+	// true here (docs/DESIGN.md, "When a guard ends"), and lets the
+	// reconciler close the guards the dropped answers leave.
+	lc := lease.Config{GuardHorizon: time.Second}
 	gws := []*testGateway{
-		startGateway(t, gatewayOptions{Store: &store, Reconcile: 2 * time.Second}),
-		startGateway(t, gatewayOptions{Store: &store, Reconcile: 2 * time.Second}),
+		startGateway(t, gatewayOptions{Store: &store, Reconcile: 2 * time.Second, Lease: lc}),
+		startGateway(t, gatewayOptions{Store: &store, Reconcile: 2 * time.Second, Lease: lc}),
 	}
 	direct := testenv.Store(t) // the store itself, not through the fault proxy
 	// One SDK client per gateway, made once: a client per operation would leave

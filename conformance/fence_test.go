@@ -4,6 +4,7 @@ import (
 	"context"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
@@ -61,10 +62,11 @@ func TestFenceRefusesWriteAfterStoreChanged(t *testing.T) {
 			go func() {
 				res <- doRaw(g.Endpoint, c.method, "/"+bucket+"/"+c.key, []byte("the fenced write"), nil)
 			}()
-			<-held.Arrived // settled and fenced; the request is at the store's door
+			// Bounded waits: with the fence broken, a test must fail, never hang.
+			within(t, held.Arrived, time.Minute, "the fenced write at the store's door") // settled and fenced
 			outside(c.key, "written at the store meanwhile")
 			held.Release()
-			r := <-res
+			r := within(t, res, time.Minute, "the gateway's answer")
 			if c.method == "DELETE" {
 				// A bodiless write goes ahead in the same request once the key is
 				// settled: the outside bytes become an external generation, and the

@@ -215,7 +215,7 @@ func TestKilledGatewaysAreSettled(t *testing.T) {
 	}
 
 	// A's and C's attempts are unknown (their holders died: nothing proves
-	// them unwritten, and no later write superseded them), and nothing of
+	// them unwritten, and no later commit could), and nothing of
 	// theirs is published: kA still holds its earlier generation, kC nothing.
 	for _, c := range []struct{ name, key, attempt string }{{"A", kA, attemptA}, {"C", kC, attemptC}} {
 		d := attemptDetailOf(t, c.attempt)

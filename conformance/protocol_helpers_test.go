@@ -177,3 +177,18 @@ func attemptsOf(t *testing.T, bucket, key string) []struct{ ID, State, Op string
 	}
 	return out
 }
+
+// within receives from ch, or fails the test after d: a test waits for
+// nothing without a bound, so a broken protocol fails it instead of hanging
+// it.
+func within[T any](t *testing.T, ch <-chan T, d time.Duration, what string) T {
+	t.Helper()
+	select {
+	case v := <-ch:
+		return v
+	case <-time.After(d):
+		t.Fatalf("no %s within %s", what, d)
+	}
+	var zero T
+	return zero
+}

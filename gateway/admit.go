@@ -163,6 +163,11 @@ func (s *Server) admit(ctx *fasthttp.RequestCtx) (*request, *apiError) {
 			return r, e
 		}
 	}
+	if r.op.SetsMetadata {
+		if e := hdr.checkUserMetadata(); e != nil {
+			return r, e
+		}
+	}
 	if r.op.Body == BodyStreamed {
 		// Refused from its declared size, before a byte of it is read or a
 		// lease taken, as S3 does.

@@ -47,6 +47,9 @@ func (s *Server) copyObject(ctx *fasthttp.RequestCtx, r *request) *apiError {
 		if errors.As(err, &se) && se.Status == http.StatusForbidden {
 			return errAccessDenied
 		}
+		if errors.Is(err, store.ErrNoSuchBucket) {
+			return errNoSuchBucket // the source's bucket, as S3 answers
+		}
 		s.deps.Log.Warn("HEAD of a copy source failed", "request_id", r.id, "err", err)
 		return errStoreUnreached
 	}
@@ -65,7 +68,7 @@ func (s *Server) copyObject(ctx *fasthttp.RequestCtx, r *request) *apiError {
 	declared := info.Size
 	pinned := !r.hdr.has("x-amz-copy-source-if-match")
 	return s.writeKey(ctx, r, u, keyWrite{
-		op: "copy", declared: declared, clientCond: hasClientCondition(r),
+		op: "copy", declared: declared, clientCond: hasClientCondition(r), otherCond: hasConditionBesideFence(r),
 		prepare: func(u *upstream, id string) *apiError {
 			h := u.req.Header
 			if !replace {

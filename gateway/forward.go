@@ -103,7 +103,12 @@ type upstream struct {
 	body        []byte // a small body, kept so the request can be sent again
 	// spooled is an object body received whole before the lease (spool.go),
 	// framed again for each sending with the same trailer.
-	spooled      *spooled
+	spooled *spooled
+	// unsent is the spooled body's reader for a sending that has not been
+	// handed to the store client yet: a write refused before it is sent (a
+	// lease conflict, a wait run out) closes it in finish, or its hold on
+	// the spool would never end. Once sent, the store client closes it.
+	unsent       io.Closer
 	trailerName  string
 	trailerValue trailerSource
 	// declaredChecksum is the body checksum the client sent as a header, as
@@ -134,6 +139,7 @@ func (u *upstream) rewind() {
 func (u *upstream) sendSpooled() {
 	body := u.spooled.reader()
 	u.enc = newChunkEncoder(body, u.spooled.n, u.trailerName, u.trailerValue)
+	u.unsent = body
 	u.req.Body = struct {
 		io.Reader
 		io.Closer
@@ -169,10 +175,15 @@ func (s *Server) forward(ctx *fasthttp.RequestCtx, r *request) *apiError {
 }
 
 // finish cancels the upstream context unless a streamed answer still needs it
-// (its body's Close cancels then).
+// (its body's Close cancels then), and ends the request's hold on its spooled
+// body, sent or not: every exit of a keyed write gives its spool space back.
 func (u *upstream) finish(r *request) {
 	if r.out == nil {
 		u.cancel()
+	}
+	if u.unsent != nil {
+		u.unsent.Close()
+		u.unsent = nil
 	}
 	if u.spooled != nil {
 		u.spooled.done()
@@ -234,6 +245,7 @@ func (u *upstream) setBody(body []byte) {
 func (s *Server) roundTrip(ctx *fasthttp.RequestCtx, r *request, u *upstream) (*http.Response, *apiError) {
 	var resp *http.Response
 	var err error
+	u.unsent = nil // the store client closes the body from here, on every path
 	if u.unsigned {
 		resp, err = s.store.SendUnsigned(u.req)
 	} else {
@@ -301,8 +313,13 @@ func (s *Server) smallBody(ctx *fasthttp.RequestCtx, r *request) ([]byte, error)
 	if n := br.DecodedLength(); n > maxSmallBody {
 		return nil, withClose(errMaxMessageLength)
 	}
-	// Held whole: take its share of the body memory first (limits.go).
-	if e := s.takeBodyMemory(ctx, br.DecodedLength()); e != nil {
+	// Held whole: take its share of the body memory first (limits.go); a
+	// request without a key, from the unverified share.
+	take := s.takeBodyMemory
+	if r.akey == nil || r.akey.ID == anonymousID {
+		take = s.takeUnverifiedMemory
+	}
+	if e := take(ctx, br.DecodedLength()); e != nil {
 		return nil, e
 	}
 	g := newBodyGuard(br, ctx.Conn(), s.cfg.BodyStallTimeout)

@@ -6,7 +6,6 @@ import (
 
 	"github.com/valyala/fasthttp"
 
-	"github.com/fencegate/fencegate/gateway/store"
 	"github.com/fencegate/fencegate/sigv4"
 )
 
@@ -168,27 +167,6 @@ func (v *headerView) get(name string) string {
 // has reports whether a header was sent with a non-empty value.
 func (v *headerView) has(name string) bool { return v.get(name) != "" }
 
-// standardForwarded are the non-x-amz headers S3 acts on: object properties,
-// the payload's MD5, conditions and ranges. Nothing else a client sends (its
-// cookies, proxies' headers, an Idempotency-Key a transport could act on) reaches
-// the store.
-var standardForwarded = map[string]bool{
-	"content-type": true, "content-encoding": true, "content-disposition": true, "content-language": true,
-	"cache-control": true, "expires": true, "content-md5": true,
-	"if-match": true, "if-none-match": true, "if-modified-since": true, "if-unmodified-since": true, "range": true,
-}
-
-// forwardedHeader reports whether a client's header (lower case) travels to
-// the store. x-amz-* headers do, less those that describe the client's own
-// signature and framing, which the gateway's replace; sigv4 has refused any
-// that were not signed.
-func forwardedHeader(lower string) bool {
-	if strings.HasPrefix(lower, "x-amz-") {
-		return !readByGateway[lower] && lower != store.AttemptHeader
-	}
-	return standardForwarded[lower]
-}
-
 // upstreamName is the name a forwarded header is sent under: user metadata in
 // lower case, as S3 stores and returns it; everything else in Go's canonical
 // form, so the gateway's own header edits (fence, attempt id) address it.
@@ -206,16 +184,7 @@ func upstreamName(lower string) string {
 // forward, made once rather than per request.
 var canonicalNames = func() map[string]string {
 	m := map[string]string{}
-	for n := range standardForwarded {
-		m[n] = http.CanonicalHeaderKey(n)
-	}
-	for _, n := range []string{"x-amz-acl", "x-amz-tagging", "x-amz-storage-class", "x-amz-copy-source",
-		"x-amz-copy-source-range", "x-amz-metadata-directive", "x-amz-tagging-directive",
-		"x-amz-checksum-algorithm", "x-amz-sdk-checksum-algorithm", "x-amz-expected-bucket-owner",
-		"x-amz-server-side-encryption", "x-amz-website-redirect-location"} {
-		m[n] = http.CanonicalHeaderKey(n)
-	}
-	for n := range store.ChecksumHeaders {
+	for n := range toStore {
 		m[n] = http.CanonicalHeaderKey(n)
 	}
 	return m

@@ -147,6 +147,12 @@ func (l *connLimiter) refuse(c net.Conn, reason string) {
 // bodyBudget bounds the bytes of small request bodies (XML documents, up to
 // maxSmallBody each) held whole at once. A request takes its body's declared
 // length before reading it and gives it back when its handler returns.
+//
+// A request no key has authenticated (a POST form before its policy is
+// verified, an anonymous request) takes its bytes from a small share of the
+// budget instead, bounded per client address and never waited for, so that
+// connections anyone can open cannot hold the memory authenticated requests
+// need, nor one address the whole share.
 type bodyBudget struct {
 	sem     *semaphore.Weighted
 	size    int64
@@ -154,10 +160,25 @@ type bodyBudget struct {
 	inUse   atomic.Int64
 	gauge   prometheus.Gauge
 	refused prometheus.Counter
+
+	unverifiedMax, unverifiedPerIP int64
+	mu                             sync.Mutex
+	unverified                     int64
+	unverifiedByIP                 map[string]int64 // only addresses holding some
 }
 
+// The unverified share: an eighth of the body memory; per address a quarter
+// of that, and at most 16 forms' fields (1 MiB), so that a few addresses
+// cannot hold it all either.
+const (
+	unverifiedShare    = 8
+	maxUnverifiedPerIP = 16 * maxPostFields
+)
+
 func newBodyBudget(size int64, wait time.Duration, m *metrics) *bodyBudget {
-	return &bodyBudget{sem: semaphore.NewWeighted(size), size: size, wait: wait, gauge: m.bodyBytes, refused: m.bodyRefused}
+	return &bodyBudget{sem: semaphore.NewWeighted(size), size: size, wait: wait, gauge: m.bodyBytes, refused: m.bodyRefused,
+		unverifiedMax: size / unverifiedShare, unverifiedPerIP: min(maxUnverifiedPerIP, size/unverifiedShare/4),
+		unverifiedByIP: map[string]int64{}}
 }
 
 // bodyLeaseKey is the request's user value holding the bytes it took.
@@ -196,8 +217,75 @@ func (s *Server) takeBodyMemory(ctx *fasthttp.RequestCtx, n int64) *apiError {
 	return nil
 }
 
-// releaseBodyMemory gives back what the request took, once.
+// unverifiedLeaseKey is the request's user value holding what it took of the
+// unverified share.
+const unverifiedLeaseKey = "fencegate.unverifiedMemory"
+
+type unverifiedLease struct {
+	ip string
+	n  int64
+}
+
+// takeUnverifiedMemory reserves n bytes for a request no key has
+// authenticated, from the unverified share, for its client's address: at
+// once or not at all (503 SlowDown, its connection closed).
+func (s *Server) takeUnverifiedMemory(ctx *fasthttp.RequestCtx, n int64) *apiError {
+	if n < 0 {
+		n = maxSmallBody + 1
+	}
+	if n == 0 {
+		return nil
+	}
+	b := s.bodies
+	if n > b.unverifiedPerIP {
+		return withClose(errMaxMessageLength)
+	}
+	ip := ctx.RemoteIP().String()
+	b.mu.Lock()
+	ok := b.unverified+n <= b.unverifiedMax && b.unverifiedByIP[ip]+n <= b.unverifiedPerIP && b.sem.TryAcquire(n)
+	if ok {
+		b.unverified += n
+		b.unverifiedByIP[ip] += n
+	}
+	b.mu.Unlock()
+	if !ok {
+		b.refused.Inc()
+		return withClose(errSlowDown)
+	}
+	b.inUse.Add(n)
+	b.gauge.Add(float64(n))
+	if prev, _ := ctx.UserValue(unverifiedLeaseKey).(unverifiedLease); prev.n > 0 {
+		n += prev.n // not expected: one unverified hold per request
+	}
+	ctx.SetUserValue(unverifiedLeaseKey, unverifiedLease{ip: ip, n: n})
+	return nil
+}
+
+// releaseUnverifiedMemory gives back what the request took of the
+// unverified share, once: when its handler returns, or as soon as a form's
+// policy is verified.
+func (s *Server) releaseUnverifiedMemory(ctx *fasthttp.RequestCtx) {
+	l, _ := ctx.UserValue(unverifiedLeaseKey).(unverifiedLease)
+	if l.n <= 0 {
+		return
+	}
+	ctx.RemoveUserValue(unverifiedLeaseKey)
+	b := s.bodies
+	b.mu.Lock()
+	b.unverified -= l.n
+	if b.unverifiedByIP[l.ip] -= l.n; b.unverifiedByIP[l.ip] <= 0 {
+		delete(b.unverifiedByIP, l.ip)
+	}
+	b.mu.Unlock()
+	b.inUse.Add(-l.n)
+	b.gauge.Sub(float64(l.n))
+	b.sem.Release(l.n)
+}
+
+// releaseBodyMemory gives back what the request took, once: of the budget
+// and of the unverified share.
 func (s *Server) releaseBodyMemory(ctx *fasthttp.RequestCtx) {
+	s.releaseUnverifiedMemory(ctx)
 	n, _ := ctx.UserValue(bodyLeaseKey).(int64)
 	if n <= 0 {
 		return

@@ -11,6 +11,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/valyala/fasthttp"
 )
 
 // readAnswer reads one HTTP answer from a raw connection.
@@ -218,4 +220,45 @@ type blockingReader chan struct{}
 func (b blockingReader) Read([]byte) (int, error) {
 	<-b
 	return 0, io.EOF
+}
+
+// The unverified share: per address at most its cap (1 MiB of the default
+// 64 MiB), in all at most an eighth of the body memory, never waited for; what it gives back is taken
+// again, and authenticated requests keep the rest of the budget.
+func TestUnverifiedShare(t *testing.T) {
+	s := &Server{bodies: newBodyBudget(64<<20, 50*time.Millisecond, newMetrics())}
+	ctxFrom := func(ip string) *fasthttp.RequestCtx {
+		var ctx fasthttp.RequestCtx
+		ctx.Init(&fasthttp.Request{}, &net.TCPAddr{IP: net.ParseIP(ip), Port: 1}, nil)
+		return &ctx
+	}
+	var held []*fasthttp.RequestCtx
+	for i := 0; i < 16; i++ {
+		ctx := ctxFrom("192.0.2.1")
+		if e := s.takeUnverifiedMemory(ctx, maxPostFields); e != nil {
+			t.Fatalf("form %d: %v", i, e)
+		}
+		held = append(held, ctx)
+	}
+	start := time.Now()
+	if e := s.takeUnverifiedMemory(ctxFrom("192.0.2.1"), maxPostFields); e == nil || e.Code != "SlowDown" {
+		t.Fatalf("the 17th unverified form of one address: %v, want SlowDown", e)
+	}
+	if took := time.Since(start); took > 20*time.Millisecond {
+		t.Fatalf("a refused unverified form waited %s", took)
+	}
+	if e := s.takeUnverifiedMemory(ctxFrom("192.0.2.2"), maxPostFields); e != nil {
+		t.Fatalf("another address: %v", e)
+	}
+	// An authenticated request may take all but the unverified share.
+	if e := s.takeBodyMemory(ctxFrom("192.0.2.3"), 56<<20); e != nil {
+		t.Fatalf("an authenticated body beside the unverified share: %v", e)
+	}
+	s.releaseBodyMemory(held[0])
+	if e := s.takeUnverifiedMemory(ctxFrom("192.0.2.1"), maxPostFields); e != nil {
+		t.Fatalf("a place given back is taken again: %v", e)
+	}
+	if e := s.takeUnverifiedMemory(ctxFrom("192.0.2.9"), maxUnverifiedPerIP+1); e == nil || e.Code != "MaxMessageLengthExceeded" {
+		t.Fatalf("a body over the address's whole share: %v", e)
+	}
 }

@@ -60,17 +60,38 @@ var errNoSuchUpload = newAPIError("NoSuchUpload", http.StatusNotFound,
 var errMalformedXML = newAPIError("MalformedXML", http.StatusBadRequest,
 	"The XML you provided was not well-formed or did not validate against our published schema.")
 
-// documentRoot is the local name of an XML document's root element ("" when
-// there is none before an error or the end).
-func documentRoot(doc []byte) string {
+// completeDocument reports a CompleteMultipartUpload document fencegate may
+// send: well-formed to its end, rooted at CompleteMultipartUpload, and no
+// deeper than its schema (root, Part, a Part's fields: 3 levels; 4 allowed).
+// Anything else is refused before the lease: a store that reads the parts
+// of a document of any root would publish the upload, and a document nested
+// a hundred thousand levels deep costs the store long enough that the
+// client gets no answer in time (issue 27's complete-deeply-nested).
+func completeDocument(doc []byte) bool {
+	const maxDepth = 4
 	d := xml.NewDecoder(bytes.NewReader(doc))
+	depth, roots := 0, 0
 	for {
 		tok, err := d.Token()
-		if err != nil {
-			return ""
+		if err == io.EOF {
+			return roots == 1 && depth == 0
 		}
-		if el, ok := tok.(xml.StartElement); ok {
-			return el.Name.Local
+		if err != nil {
+			return false
+		}
+		switch el := tok.(type) {
+		case xml.StartElement:
+			if depth == 0 {
+				roots++
+				if roots > 1 || el.Name.Local != "CompleteMultipartUpload" {
+					return false
+				}
+			}
+			if depth++; depth > maxDepth {
+				return false
+			}
+		case xml.EndElement:
+			depth--
 		}
 	}
 }
@@ -183,13 +204,11 @@ func (s *Server) completeUpload(ctx *fasthttp.RequestCtx, r *request) *apiError 
 		return e
 	}
 	defer u.finish(r)
-	if documentRoot(u.body) != "CompleteMultipartUpload" {
-		// Refused here, before the lease: a store that reads the parts of
-		// a document of any root would publish the upload.
+	if !completeDocument(u.body) {
 		return errMalformedXML
 	}
 	w := keyWrite{
-		op: "complete", declared: -1, clientCond: hasClientCondition(r),
+		op: "complete", declared: -1, clientCond: hasClientCondition(r), otherCond: hasConditionBesideFence(r),
 		acknowledge: func(resp *http.Response) (lease.Landed, *apiError) {
 			body, e := readResult(resp)
 			if e != nil {

@@ -51,6 +51,9 @@ type Op struct {
 	// ListsBuckets: the answer lists buckets; a key sees only those it has a
 	// grant on, and itself as their owner (relay.go).
 	ListsBuckets bool
+	// SetsMetadata: the request's x-amz-meta-* headers become the object's
+	// user metadata, which S3 limits to 2 KB (admit.go).
+	SetsMetadata bool
 	// Spooled: the body may be received whole before the key's lease is
 	// taken (spool.go), when it is small enough.
 	Spooled bool
@@ -142,8 +145,8 @@ func buildOpTable() map[opKey]Op {
 	add(G, bucket, "policyStatus", false, passThrough("GetBucketPolicyStatus", PermRead, BodyNone))
 
 	// Object. The keyed writes run the write protocol (write.go).
-	add(P, object, "", false, Op{Name: "PutObject", Anonymous: anonymousWrite, Perm: PermWrite, Body: BodyStreamed, Publishes: true, Spooled: true, run: (*Server).putObject})
-	add(P, object, "", true, Op{Name: "CopyObject", Perm: PermWrite, Publishes: true, run: (*Server).copyObject})
+	add(P, object, "", false, Op{Name: "PutObject", Anonymous: anonymousWrite, Perm: PermWrite, Body: BodyStreamed, Publishes: true, Spooled: true, SetsMetadata: true, run: (*Server).putObject})
+	add(P, object, "", true, Op{Name: "CopyObject", Perm: PermWrite, Publishes: true, SetsMetadata: true, run: (*Server).copyObject})
 	add(G, object, "", false, anonymous(passThrough("GetObject", PermRead, BodyNone), anonymousRead))
 	add(H, object, "", false, anonymous(passThrough("HeadObject", PermRead, BodyNone), anonymousRead))
 	add(D, object, "", false, Op{Name: "DeleteObject", Anonymous: anonymousWrite, Perm: PermWrite, Publishes: true, run: (*Server).deleteObject})
@@ -161,7 +164,7 @@ func buildOpTable() map[opKey]Op {
 	add(G, object, "attributes", false, passThrough("GetObjectAttributes", PermRead, BodyNone))
 	// Multipart: the upload is recorded from its Create on; only its Complete
 	// publishes (multipart.go).
-	add(U, object, "uploads", false, Op{Name: "CreateMultipartUpload", Anonymous: anonymousWrite, Perm: PermWrite, run: (*Server).createUpload})
+	add(U, object, "uploads", false, Op{Name: "CreateMultipartUpload", Anonymous: anonymousWrite, Perm: PermWrite, SetsMetadata: true, run: (*Server).createUpload})
 	add(P, object, "uploadId", false, anonymous(passThrough("UploadPart", PermWrite, BodyStreamed), anonymousWrite))
 	add(P, object, "uploadId", true, passThrough("UploadPartCopy", PermWrite, BodyNone))
 	add(U, object, "uploadId", false, Op{Name: "CompleteMultipartUpload", Anonymous: anonymousWrite, Perm: PermWrite, Body: BodySmall, Publishes: true,

@@ -25,21 +25,23 @@ import (
 // VerifyPost), not by its headers: admission lets it through to here. The
 // fields before the file part are read (at most maxPostFields bytes), the
 // policy verified and the key's grant checked; then the file part is spooled
-// whole (spool.go: memory, else an unlinked file, under --spool-budget) while
-// content-length-range is enforced, and sent as a PutObject through the
-// write protocol (keyedWrite), aws-chunked with a trailing checksum like
-// every object body. Fields after the file part are ignored, as S3 does.
+// whole (spool.go: memory, else an unlinked file, under --spool-budget, taken
+// as the bytes arrive) while content-length-range is enforced, and sent as a
+// PutObject through the write protocol (keyedWrite), aws-chunked with a
+// trailing checksum like every object body. Fields after the file part are ignored, as S3 does.
 
 // maxPostFields bounds the bytes of a form before its file part (field
-// names, values and part headers); they are held in memory, taken from
-// --max-body-memory.
+// names, values and part headers); they are held in memory, taken from the
+// unverified share of --max-body-memory until the policy is verified
+// (limits.go), then from the budget itself.
 const maxPostFields = 64 << 10
 
 // maxPostEpilogue is how much of a form after its file part is read and
 // ignored so its connection can be kept; a longer one closes it.
 const maxPostEpilogue = 64 << 10
 
-// postSpoolWait is how long a form waits for spool space.
+// postSpoolWait is how long a form waits for each piece of spool space it
+// takes as its file arrives.
 const postSpoolWait = 2 * time.Second
 
 var (
@@ -86,7 +88,9 @@ func (s *Server) postObject(ctx *fasthttp.RequestCtx, r *request) *apiError {
 	if err != nil || mt != "multipart/form-data" || params["boundary"] == "" {
 		return withClose(errNotAForm)
 	}
-	if e := s.takeBodyMemory(ctx, maxPostFields); e != nil {
+	// Until its policy is verified the form is anyone's: its fields come
+	// from the unverified share of body memory (limits.go).
+	if e := s.takeUnverifiedMemory(ctx, maxPostFields); e != nil {
 		return e
 	}
 	guard := newBodyGuard(ctx.RequestBodyStream(), ctx.Conn(), s.cfg.BodyStallTimeout)
@@ -131,6 +135,7 @@ func (s *Server) postObject(ctx *fasthttp.RequestCtx, r *request) *apiError {
 			fields = append(fields, sigv4.HeaderField{Name: name, Value: string(v)})
 		}
 	}
+	fieldBytes := maxPostFields - pre.left
 	pre.left = -1
 
 	post, err := s.verifier.VerifyPost(&sigv4.PostRequest{Bucket: r.bucket, Fields: fields, Filename: file.FileName()})
@@ -142,6 +147,12 @@ func (s *Server) postObject(ctx *fasthttp.RequestCtx, r *request) *apiError {
 	if r.akey == nil {
 		return withClose(errAccessDenied)
 	}
+	// Verified: the fields read are held from the body memory authenticated
+	// requests share, and the unverified share is given back.
+	if e := s.takeBodyMemory(ctx, fieldBytes); e != nil {
+		return e
+	}
+	s.releaseUnverifiedMemory(ctx)
 	headers, e := postHeaders(post)
 	if e != nil {
 		return withClose(e)
@@ -168,15 +179,15 @@ func (s *Server) postObject(ctx *fasthttp.RequestCtx, r *request) *apiError {
 	if post.MaxLength >= 0 && post.MaxLength < limit {
 		limit = post.MaxLength
 	}
-	if !s.spool.reserve(limit, postSpoolWait) {
-		return withClose(errSlowDown)
-	}
 	br, err := post.Auth.Body(file)
 	if err != nil {
 		return withClose(asAPIError(err))
 	}
-	body, err := s.spool.fillUpTo(br, limit)
+	body, err := s.spool.fillUpTo(br, limit, postSpoolWait)
 	if err != nil {
+		if errors.Is(err, errSpoolFull) {
+			return withClose(errSlowDown)
+		}
 		if errors.Is(err, errBodyLonger) {
 			return withClose(asAPIError(sigv4.ErrEntityTooLarge(limit+1, limit)))
 		}
@@ -265,31 +276,19 @@ func (s *Server) postUpstream(r *request, body *spooled, headers http.Header, po
 	return u, nil
 }
 
-// postObjectFields are the form fields that are object properties, sent
-// upstream as the headers of the same name.
-var postObjectFields = map[string]bool{
-	"content-type": true, "cache-control": true, "content-disposition": true, "content-encoding": true,
-	"content-language": true, "expires": true,
-}
-
-// postNotForwarded are x-amz-* form fields that describe the form's own
-// signature, or that fencegate sets itself.
-var postNotForwarded = map[string]bool{
-	"x-amz-algorithm": true, "x-amz-credential": true, "x-amz-date": true, "x-amz-signature": true,
-	"x-amz-security-token": true, "x-amz-checksum-algorithm": true,
-}
-
-// postHeaders maps the form's fields to the PutObject's headers: object
-// properties, x-amz-meta-* (in lower case) and the other x-amz-* fields S3
-// acts on, acl as x-amz-acl, and tagging (an XML document in a form) as
-// x-amz-tagging's query form. Checksums travel as the trailer.
+// postHeaders maps the form's fields to the PutObject's headers: the fields
+// S3 documents for POST Object that the allow-list lets through as form
+// fields (tostore.go: object properties, encryption, storage class,
+// x-amz-meta-*), acl as x-amz-acl, and tagging (an XML document in a form) as
+// x-amz-tagging's query form. Checksums travel as the trailer. Every other
+// field, signed by the policy or not (x-amz-copy-source, a directive, a
+// grant), stays at the gateway: a form stores its own file and nothing else.
 func postHeaders(post *sigv4.PostObject) (http.Header, *apiError) {
 	h := http.Header{}
+	metadata := 0
 	for _, f := range post.Fields {
-		name := f.Name
-		switch {
-		case postObjectFields[name]:
-			h.Set(name, f.Value)
+		metadata += userMetadataSize(f.Name, f.Value)
+		switch name := f.Name; {
 		case name == "acl":
 			h.Set("X-Amz-Acl", f.Value)
 		case name == "tagging":
@@ -298,15 +297,12 @@ func postHeaders(post *sigv4.PostObject) (http.Header, *apiError) {
 				return nil, errMalformedTagging
 			}
 			h.Set("X-Amz-Tagging", q)
-		case strings.HasPrefix(name, "x-amz-meta-"):
-			if forwardedHeader(name) {
-				h[name] = []string{f.Value}
-			}
-		case strings.HasPrefix(name, "x-amz-"):
-			if _, isChecksum := store.ChecksumHeaders[name]; !isChecksum && !postNotForwarded[name] && forwardedHeader(name) {
-				h.Set(name, f.Value)
-			}
+		case reachesStore(name, asFormField):
+			h[upstreamName(name)] = []string{f.Value}
 		}
+	}
+	if metadata > maxUserMetadata {
+		return nil, metadataTooLarge(metadata)
 	}
 	return h, nil
 }

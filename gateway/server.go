@@ -347,6 +347,9 @@ type leaseStore struct{ c *store.Client }
 
 func (l leaseStore) Head(ctx context.Context, bucket, key string) (lease.Object, error) {
 	o, err := l.c.Head(ctx, bucket, key)
+	if errors.Is(err, store.ErrNoSuchBucket) {
+		err = fmt.Errorf("%w: %w", lease.ErrNoSuchBucket, err)
+	}
 	return lease.Object{Exists: o.Exists, ETag: o.ETag, Size: o.Size, AttemptID: o.AttemptID, Checksum: o.Checksum}, err
 }
 

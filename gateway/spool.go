@@ -3,6 +3,7 @@ package gateway
 import (
 	"bytes"
 	"context"
+	"errors"
 	"io"
 	"os"
 	"sync"
@@ -229,94 +230,119 @@ func (s *spooled) release() {
 // SpooledBytes is the bytes of PutObject bodies held in the spool now.
 func (s *Server) SpooledBytes() int64 { return s.spool.held.Load() }
 
-// reserve takes limit bytes of the spool's budget for a body of unknown
-// length up to limit (a POST object's file, spooled whole: postobject.go),
-// waiting up to wait for space. false: the budget stayed spent.
-func (sp *spool) reserve(limit int64, wait time.Duration) bool {
-	if !sp.budget.TryAcquire(limit) {
-		ctx, cancel := context.WithTimeout(context.Background(), wait)
-		err := sp.budget.Acquire(ctx, limit)
-		cancel()
-		if err != nil {
-			sp.fellBack.Inc()
-			return false
-		}
-		sp.waits.Inc()
-	}
-	sp.held.Add(limit)
-	return true
+// errSpoolFull: a body of unknown length found the spool's budget spent for
+// its whole wait.
+var errSpoolFull = errors.New("the spool's budget stayed spent")
+
+// reservingReader takes the spool's budget for a body of unknown length as
+// its bytes arrive (a POST object's file: postobject.go), never ahead of
+// them: a form held inside its file part holds only what it sent, so held
+// forms cannot lock the others out. A read past limit fails with
+// errBodyLonger, reserving nothing more.
+type reservingReader struct {
+	src   io.Reader
+	sp    *spool
+	limit int64
+	wait  time.Duration // for each piece of budget, when the budget is spent
+	taken int64         // budget taken, = bytes read
 }
 
-// fillUpTo reads src to its end into the limit bytes reserve took: in memory
-// up to the spool's memory size, else in an unlinked temporary file. A body
-// longer than limit fails with errBodyLonger as soon as its limit+1st byte
-// arrives. On success the reserved space beyond the body's length goes back
-// at once; on error all of it does.
-func (sp *spool) fillUpTo(src io.Reader, limit int64) (*spooled, error) {
-	giveBack := func(n int64) {
-		sp.held.Add(-n)
-		sp.budget.Release(n)
-	}
-	buf := sp.buffers.get(sp.inMemory)
-	b := (*buf)[:cap(*buf)]
-	if int64(len(b)) > limit+1 {
-		b = b[:limit+1]
-	}
-	// Read until the buffer is full or the body ends: only io.EOF ends it (a
-	// source's io.ErrUnexpectedEOF is a body cut short).
-	n := 0
-	var err error
-	for n < len(b) && err == nil {
-		var k int
-		k, err = src.Read(b[n:])
-		n += k
-	}
-	if err == io.EOF {
-		if int64(n) > limit {
-			err = errBodyLonger
-		} else {
-			// The whole body fits in memory.
-			*buf = b[:n]
-			s := &spooled{sp: sp, buf: buf, n: int64(n)}
-			s.refs.Store(1)
-			giveBack(limit - int64(n))
-			sp.memory.Add(float64(n))
-			return s, nil
+func (r *reservingReader) Read(b []byte) (int, error) {
+	if r.taken >= r.limit {
+		// At the limit: one more byte fails the body, its end is EOF.
+		var one [1]byte
+		n, err := r.src.Read(one[:])
+		if n > 0 {
+			return 0, errBodyLonger
 		}
+		return 0, err
 	}
+	if int64(len(b)) > r.limit-r.taken {
+		b = b[:r.limit-r.taken]
+	}
+	n, err := r.src.Read(b)
+	if n > 0 {
+		if !r.sp.budget.TryAcquire(int64(n)) {
+			ctx, cancel := context.WithTimeout(context.Background(), r.wait)
+			aerr := r.sp.budget.Acquire(ctx, int64(n))
+			cancel()
+			if aerr != nil {
+				r.sp.fellBack.Inc()
+				return 0, errSpoolFull
+			}
+			r.sp.waits.Inc()
+		}
+		r.sp.held.Add(int64(n))
+		r.taken += int64(n)
+	}
+	return n, err
+}
+
+// giveBack returns all the budget the reader took.
+func (r *reservingReader) giveBack() {
+	r.sp.held.Add(-r.taken)
+	r.sp.budget.Release(r.taken)
+	r.taken = 0
+}
+
+// fillUpTo reads src to its end into the spool, taking its budget as the
+// bytes arrive (waiting up to wait for each piece): in memory up to the
+// spool's memory size, else in an unlinked temporary file. A body longer
+// than limit fails with errBodyLonger as soon as its limit+1st byte arrives;
+// a budget spent for the whole wait fails it with errSpoolFull. On error
+// all the budget it took goes back.
+func (sp *spool) fillUpTo(src io.Reader, limit int64, wait time.Duration) (*spooled, error) {
+	rr := &reservingReader{src: src, sp: sp, limit: limit, wait: wait}
+	// In memory first, in buffers that grow by their size classes up to the
+	// spool's memory size: a small file holds a small buffer.
+	buf := sp.buffers.get(minSpoolBuffer)
 	fail := func(err error) (*spooled, error) {
 		sp.buffers.put(buf)
-		giveBack(limit)
+		rr.giveBack()
 		return nil, err
+	}
+	var err error
+	for err == nil {
+		b := *buf
+		if len(b) == cap(b) {
+			if int64(cap(b)) >= sp.inMemory {
+				break // memory is full: the rest goes to a file
+			}
+			bigger := sp.buffers.get(int64(cap(b)) + 1)
+			*bigger = append(*bigger, b...)
+			sp.buffers.put(buf)
+			buf, b = bigger, *bigger
+		}
+		var k int
+		k, err = rr.Read(b[len(b):cap(b)])
+		*buf = b[:len(b)+k]
+	}
+	if err == io.EOF {
+		// The whole body fits in memory.
+		n := int64(len(*buf))
+		s := &spooled{sp: sp, buf: buf, n: n}
+		s.refs.Store(1)
+		sp.memory.Add(float64(n))
+		return s, nil
 	}
 	if err != nil {
 		return fail(err)
-	}
-	if int64(n) > limit {
-		return fail(errBodyLonger)
 	}
 	f, err := os.CreateTemp(sp.dir, "fencegate-spool-*")
 	if err != nil {
 		return fail(err)
 	}
 	_ = os.Remove(f.Name())
-	total := int64(n)
-	if _, err = f.Write(b[:n]); err == nil {
-		var w int64
-		w, err = io.Copy(f, io.LimitReader(src, limit-total+1))
-		total += w
-		if err == nil && total > limit {
-			err = errBodyLonger
-		}
+	if _, err = f.Write(*buf); err == nil {
+		_, err = io.Copy(f, rr)
 	}
 	if err != nil {
 		f.Close()
 		return fail(err)
 	}
 	sp.buffers.put(buf)
-	s := &spooled{sp: sp, file: f, n: total}
+	s := &spooled{sp: sp, file: f, n: rr.taken}
 	s.refs.Store(1)
-	giveBack(limit - total)
-	sp.disk.Add(float64(total))
+	sp.disk.Add(float64(s.n))
 	return s, nil
 }

@@ -2,9 +2,11 @@ package gateway
 
 import (
 	"bytes"
+	"errors"
 	"io"
 	"strings"
 	"testing"
+	"time"
 )
 
 func newTestSpool(t *testing.T) *spool {
@@ -76,6 +78,58 @@ func TestSpoolBufferClasses(t *testing.T) {
 		sp.buffers.put(b)
 		if len(*b) != 0 {
 			t.Errorf("a buffer went back with %d bytes in it", len(*b))
+		}
+	}
+}
+
+// A body of unknown length (a form's file) takes the spool's budget as its
+// bytes arrive, never its whole limit ahead of them: a held one holds only
+// what it sent, and gives it all back when it fails.
+func TestFillUpToReservesAsBytesArrive(t *testing.T) {
+	sp := newTestSpool(t)
+	pr, pw := io.Pipe()
+	done := make(chan error, 1)
+	go func() {
+		_, err := sp.fillUpTo(pr, 16<<20, time.Second)
+		done <- err
+	}()
+	if _, err := pw.Write(bytes.Repeat([]byte("a"), 10<<10)); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for sp.held.Load() != 10<<10 {
+		if time.Now().After(deadline) {
+			t.Fatalf("a body held after 10 KiB of its 16 MiB limit holds %d bytes of the spool", sp.held.Load())
+		}
+		time.Sleep(time.Millisecond)
+	}
+	pw.CloseWithError(io.ErrUnexpectedEOF)
+	if err := <-done; err == nil {
+		t.Fatal("a body cut short was spooled")
+	}
+	if held := sp.held.Load(); held != 0 {
+		t.Fatalf("a failed body left %d bytes held", held)
+	}
+	// Past its limit: errBodyLonger, nothing held.
+	if _, err := sp.fillUpTo(bytes.NewReader(make([]byte, 2<<20)), 1<<20, time.Second); !errors.Is(err, errBodyLonger) {
+		t.Fatalf("a body over its limit: %v", err)
+	}
+	// Within the limit, in memory and on disk: all of it, and only it, held.
+	for _, n := range []int{0, 5000, 1 << 20, 3 << 20} {
+		body := bytes.Repeat([]byte("z"), n)
+		s, err := sp.fillUpTo(bytes.NewReader(body), 4<<20, time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if s.n != int64(n) || sp.held.Load() != int64(n) {
+			t.Fatalf("a %d-byte body: n %d, held %d", n, s.n, sp.held.Load())
+		}
+		r := s.reader()
+		got, _ := io.ReadAll(r)
+		r.Close()
+		s.done()
+		if !bytes.Equal(got, body) || sp.held.Load() != 0 {
+			t.Fatalf("a %d-byte body read back %d bytes, %d left held", n, len(got), sp.held.Load())
 		}
 	}
 }

@@ -18,10 +18,11 @@ import (
 var (
 	errConflict = newAPIError("ConditionalRequestConflict", http.StatusConflict,
 		"A conflicting conditional operation is currently in progress against this resource. Please try again.")
-	errSlowDown   = newAPIError("SlowDown", http.StatusServiceUnavailable, "Please reduce your request rate.")
-	errLeaseLost  = newAPIError("ServiceUnavailable", http.StatusServiceUnavailable, "The gateway lost its lease on the key while writing it; the outcome is being settled. Please try again.")
-	errNoSession  = newAPIError("ServiceUnavailable", http.StatusServiceUnavailable, "The gateway cannot keep its session with its database; it takes no writes until the session is back. Please try again.")
-	errUnrecorded = newAPIError("InternalError", http.StatusInternalServerError, "The store accepted the write but the gateway could not record it; it will be settled. Please try again.")
+	errNoSuchBucket = newAPIError("NoSuchBucket", http.StatusNotFound, "The specified bucket does not exist.")
+	errSlowDown     = newAPIError("SlowDown", http.StatusServiceUnavailable, "Please reduce your request rate.")
+	errLeaseLost    = newAPIError("ServiceUnavailable", http.StatusServiceUnavailable, "The gateway lost its lease on the key while writing it; the outcome is being settled. Please try again.")
+	errNoSession    = newAPIError("ServiceUnavailable", http.StatusServiceUnavailable, "The gateway cannot keep its session with its database; it takes no writes until the session is back. Please try again.")
+	errUnrecorded   = newAPIError("InternalError", http.StatusInternalServerError, "The store accepted the write but the gateway could not record it; it will be settled. Please try again.")
 )
 
 // generationHeader tells a writer which generation its write became.
@@ -42,6 +43,10 @@ type keyWrite struct {
 	// checksum the client declared for the body up front ("crc32:<base64>").
 	checksum   string
 	clientCond bool // the client sent If-Match / If-None-Match itself
+	// otherCond: the client sent a precondition that goes beside the fence
+	// (If-Unmodified-Since, x-amz-if-match-*): a 412 with the key as fenced
+	// is the client's.
+	otherCond bool
 	// noWait gives up at once if the key is leased (DeleteObjects' first pass).
 	noWait bool
 	// version: the write addresses one version (a versioned delete). It
@@ -67,6 +72,21 @@ type keyOutcome struct {
 
 func hasClientCondition(r *request) bool {
 	return r.hdr.has("if-match") || r.hdr.has("if-none-match")
+}
+
+// besideFenceConditions are the client preconditions a write keeps beside
+// fencegate's fence (they condition on a date or a size, not the key's
+// state as the fence names it).
+var besideFenceConditions = []string{"if-unmodified-since", "x-amz-if-match-last-modified-time",
+	"x-amz-if-match-size", "x-amz-if-match-initiated-time"}
+
+func hasConditionBesideFence(r *request) bool {
+	for _, h := range besideFenceConditions {
+		if r.hdr.has(h) {
+			return true
+		}
+	}
+	return false
 }
 
 // leaseError maps a lease refusal to its S3 answer.
@@ -124,6 +144,10 @@ func (s *Server) keyedWrite(ctx *fasthttp.RequestCtx, r *request, u *upstream, w
 	hitFailpoint("after-lease")
 
 	fence, err := l.Settle(context.Background(), s.settler)
+	if errors.Is(err, lease.ErrNoSuchBucket) {
+		l.Fail("the store has no such bucket; nothing was sent")
+		return fail(errNoSuchBucket)
+	}
 	if err != nil {
 		l.Fail("settling the key failed before anything was sent: " + err.Error())
 		s.deps.Log.Warn("settle failed", "request_id", r.id, "key", w.key, "err", err)
@@ -198,6 +222,12 @@ func (s *Server) keyedWrite(ctx *fasthttp.RequestCtx, r *request, u *upstream, w
 		}
 		if now == fence {
 			l.Fail("the store refused the request itself: " + resp.Status)
+			if resp.StatusCode == http.StatusPreconditionFailed && w.otherCond {
+				// The key is as fenced: the 412 is the client's own
+				// precondition beside the fence (If-Unmodified-Since, an
+				// x-amz-if-match-* header), and it is the client's answer.
+				return keyOutcome{resp: resp}
+			}
 			if resp.StatusCode == http.StatusPreconditionFailed {
 				// No condition of the client's was sent, so a 412 is a condition
 				// of fencegate's: the key moved and came back (an absent key
@@ -221,6 +251,11 @@ func (s *Server) keyedWrite(ctx *fasthttp.RequestCtx, r *request, u *upstream, w
 	}
 	status := resp.StatusCode
 	switch {
+	case status >= 500:
+		// Before the versioned case: a 5xx may have removed the version
+		// (W6), whatever the write addressed.
+		l.Unknown("the store answered " + resp.Status)
+		return keyOutcome{resp: resp}
 	case w.version:
 		// Removing a version changes the key only if it was current: settle
 		// again from what the store now holds.
@@ -232,9 +267,6 @@ func (s *Server) keyedWrite(ctx *fasthttp.RequestCtx, r *request, u *upstream, w
 		return keyOutcome{resp: resp}
 	case status == http.StatusPreconditionFailed: // only ever the client's own condition here
 		l.Fail("the store refused the client's condition")
-		return keyOutcome{resp: resp}
-	case status >= 500:
-		l.Unknown("the store answered " + resp.Status)
 		return keyOutcome{resp: resp}
 	case status >= 300:
 		l.Fail("the store answered " + resp.Status)
@@ -309,7 +341,7 @@ func (s *Server) putObject(ctx *fasthttp.RequestCtx, r *request) *apiError {
 	}
 	defer u.finish(r)
 	return s.writeKey(ctx, r, u, keyWrite{
-		op: "put", declared: r.bytesIn, checksum: u.declaredChecksum, clientCond: hasClientCondition(r),
+		op: "put", declared: r.bytesIn, checksum: u.declaredChecksum, clientCond: hasClientCondition(r), otherCond: hasConditionBesideFence(r),
 		prepare: func(u *upstream, id string) *apiError {
 			u.req.Header.Set(store.AttemptHeader, id)
 			return nil
@@ -328,7 +360,7 @@ func (s *Server) deleteObject(ctx *fasthttp.RequestCtx, r *request) *apiError {
 		return e
 	}
 	defer u.finish(r)
-	return s.writeKey(ctx, r, u, keyWrite{op: "delete", declared: -1, clientCond: r.hdr.has("if-match"),
+	return s.writeKey(ctx, r, u, keyWrite{op: "delete", declared: -1, clientCond: r.hdr.has("if-match"), otherCond: hasConditionBesideFence(r),
 		version: len(ctx.QueryArgs().Peek("versionId")) > 0, acknowledge: deleted})
 }
 

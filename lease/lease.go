@@ -44,7 +44,23 @@ type Config struct {
 	SessionHeartbeat time.Duration
 	SessionTimeout   time.Duration
 	SessionMargin    time.Duration
+
+	// GuardHorizon bounds how long a request fencegate sent can still reach
+	// the store and land after fencegate gave up on it (20 min: the store's
+	// 15-minute SigV4 clock-skew window plus a margin; docs/DESIGN.md, "When
+	// a guard ends"). An unknown attempt older than this whose bytes a HEAD
+	// does not find is closed: it can no longer land.
+	GuardHorizon time.Duration
 }
+
+// YieldFor is how long a gateway's writers leave a key they just released
+// to waiting writers of other gateways (meta/migrations/0010): a hot key
+// reaches another gateway's waiter within one write and this, whether or not
+// that gateway listens for releases.
+const YieldFor = time.Second
+
+// DefaultGuardHorizon is GuardHorizon's default.
+const DefaultGuardHorizon = 20 * time.Minute
 
 func (c *Config) setDefaults() {
 	if c.TTL == 0 {
@@ -74,6 +90,9 @@ func (c *Config) setDefaults() {
 	if c.DBTimeout == 0 {
 		c.DBTimeout = 5 * time.Second
 	}
+	if c.GuardHorizon == 0 {
+		c.GuardHorizon = DefaultGuardHorizon
+	}
 	if c.Gateway == "" {
 		c.Gateway = "fencegate"
 	}
@@ -98,7 +117,7 @@ const (
 
 func (c Config) Validate() error {
 	for _, d := range []time.Duration{c.TTL, c.RenewEvery, c.Margin, c.WaitMax, c.WaitLimit, c.ProgressEvery, c.WaitPoll, c.WaitPollListening, c.DBTimeout,
-		c.SessionHeartbeat, c.SessionTimeout, c.SessionMargin} {
+		c.SessionHeartbeat, c.SessionTimeout, c.SessionMargin, c.GuardHorizon} {
 		if d < 0 {
 			return errors.New("lease durations must not be negative")
 		}
@@ -136,7 +155,11 @@ type Driver interface {
 	CommitHandOver(ctx context.Context, p CommitParams, next AcquireParams) (int64, *Acquired, error)
 	AttemptByID(ctx context.Context, id string) (Attempt, error)
 	MarkDeadUnknown(ctx context.Context, bucket, key string) error
-	ClaimUnresolved(ctx context.Context, limit int, claimFor time.Duration) ([][2]string, error)
+	// CloseGuards fails unknown attempts past their horizon (settle.go).
+	CloseGuards(ctx context.Context, bucket, key string, ids []string, reason string) error
+	// ClaimUnresolved claims keys with unresolved attempts; an unknown
+	// attempt's claim never runs far past its horizon (settle.go).
+	ClaimUnresolved(ctx context.Context, limit int, claimFor, horizon time.Duration) ([][2]string, error)
 	NoteTry(ctx context.Context, bucket, key, errText string) error
 
 	// Gateway sessions.
@@ -263,10 +286,13 @@ func (m *Manager) Acquire(ctx context.Context, req Request) (l *Lease, err error
 			return nil, err
 		}
 		p.Session = sid
-		// A writer that would wait marks the key while the release listener
-		// is subscribed, so the key's release elsewhere is announced here.
-		listening, listenEpoch := m.queues.listenState()
-		p.Wait = queued != nil && listening
+		// A writer that would wait marks the key, so the key's release
+		// elsewhere is announced here (while the release listener is
+		// subscribed) and, listener or not, a holder of another gateway
+		// releases the key instead of handing it to its own waiters, and its
+		// gateway yields it for YieldFor.
+		_, listenEpoch := m.queues.listenState()
+		p.Wait = queued != nil
 		sent := time.Now()
 		dctx, cancel := m.dbctx(ctx)
 		acq, err := m.db.Acquire(dctx, p)
@@ -276,6 +302,11 @@ func (m *Manager) Acquire(ctx context.Context, req Request) (l *Lease, err error
 			err = nil
 		}
 		if err != nil {
+			// PostgreSQL may have applied the acquire and only its answer
+			// been lost: give the lease back (it frees the key only if this
+			// writer holds it), or the key stays orphaned for its TTL.
+			m.release(req.Bucket, req.Key, id, Ending{State: StateFailed,
+				Reason: "its acquire's answer was lost; nothing was sent"})
 			return nil, err
 		}
 		if held == nil {

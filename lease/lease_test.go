@@ -116,7 +116,7 @@ func TestConflictBusyAndRelease(t *testing.T) {
 // A holder whose renewals fail loses its lease at the first failed renewal
 // (TestLocalDeadlineFiresWhileRenewalHangs covers the local deadline); a new
 // writer then takes over and the old attempt becomes unknown; the old holder's
-// commit is refused.
+// commit is refused, and the new holder's commit leaves the old attempt a guard.
 func TestLostLeaseTakeoverAndRefusedCommit(t *testing.T) {
 	c := catalog(t)
 	drv := &failingRenewals{Catalog: c}
@@ -159,8 +159,10 @@ func TestLostLeaseTakeoverAndRefusedCommit(t *testing.T) {
 	if err != nil || gen == 0 {
 		t.Fatalf("commit by the new holder: %d, %v", gen, err)
 	}
-	if s := state(t, c, old.AttemptID); s != meta.StateFailed {
-		t.Fatalf("the superseded attempt is %s, want failed", s)
+	// No commit proves that an unknown write cannot land (docs/DESIGN.md,
+	// "When a guard ends"): the old attempt stays a guard.
+	if s := state(t, c, old.AttemptID); s != meta.StateUnknown {
+		t.Fatalf("the taken-over attempt is %s after a later commit, want unknown", s)
 	}
 }
 

@@ -2,6 +2,7 @@ package lease
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -17,6 +18,10 @@ type Object struct {
 	// ("crc32:<base64>", "sha256:<base64>", ...), "" if it reports none.
 	Checksum string
 }
+
+// ErrNoSuchBucket: the store has no bucket of that name; a write to it is
+// refused (S3's 404 NoSuchBucket), nothing sent.
+var ErrNoSuchBucket = errors.New("no such bucket")
 
 // Store is the storage I/O settling needs.
 type Store interface {
@@ -98,7 +103,11 @@ func (l *Lease) settle(ctx context.Context, store Store, mustHead bool) (Fence, 
 	if l.IsLost() {
 		return Fence{}, ErrLeaseLost
 	}
-	if err := l.record(ctx, e, unresolved, obj); err != nil {
+	adopted, err := l.record(ctx, e, unresolved, obj)
+	if err != nil {
+		return Fence{}, err
+	}
+	if err := l.closePastHorizon(ctx, unresolved, adopted); err != nil {
 		return Fence{}, err
 	}
 	dctx, cancel := m.dbctx(ctx)
@@ -119,15 +128,16 @@ func fenceOf(e *Entry) Fence {
 	return Fence{Exists: true, ETag: e.ETag}
 }
 
-// record commits what the HEAD found, if the catalog does not already say it.
-func (l *Lease) record(ctx context.Context, e *Entry, unresolved []Attempt, obj Object) error {
+// record commits what the HEAD found, if the catalog does not already say it,
+// and returns the attempt it adopted ("" if none).
+func (l *Lease) record(ctx context.Context, e *Entry, unresolved []Attempt, obj Object) (string, error) {
 	m := l.m
 	p := CommitParams{Bucket: l.Bucket, Key: l.Key, Holder: l.AttemptID}
 	kind := ""
 	switch {
 	case !obj.Exists && (e == nil || e.Deleted):
 		m.Metrics.Settlements.WithLabelValues("in_sync").Inc()
-		return nil
+		return "", nil
 	case !obj.Exists:
 		p.Entry = Entry{Deleted: true, Origin: OriginExternal}
 		kind = "deleted_external"
@@ -144,7 +154,7 @@ func (l *Lease) record(ctx context.Context, e *Entry, unresolved []Attempt, obj 
 		// objects (SeaweedFS keeps none on keys ending in "/"): same ETag and
 		// no id is still the catalog's generation.
 		m.Metrics.Settlements.WithLabelValues("in_sync").Inc()
-		return nil
+		return "", nil
 	default:
 		p.Entry = Entry{ETag: obj.ETag, Size: obj.Size, Origin: OriginExternal}
 		kind = "external"
@@ -174,9 +184,40 @@ func (l *Lease) record(ctx context.Context, e *Entry, unresolved []Attempt, obj 
 	dctx, cancel := m.dbctx(ctx)
 	defer cancel()
 	if _, err := m.db.Commit(dctx, p); err != nil {
-		return err
+		return "", err
 	}
 	m.Metrics.Settlements.WithLabelValues(kind).Inc()
+	return p.Settled, nil
+}
+
+// horizonReason starts the reason a guard closed past its horizon is
+// recorded with; the chaos checker reads it (internal/chaos/catalog.go).
+const horizonReason = "past its horizon"
+
+// closePastHorizon ends the unknown attempts that were past the guard
+// horizon when the key's state was read, before the HEAD: none of them can
+// land after that HEAD, and the HEAD did not find their bytes (or record
+// adopted them), so none ever will. Each may have landed before and been
+// replaced; the generation recorded with it says after which generation it
+// cannot have landed (docs/DESIGN.md, "When a guard ends").
+func (l *Lease) closePastHorizon(ctx context.Context, unresolved []Attempt, adopted string) error {
+	horizon := l.m.cfg.GuardHorizon
+	var ids []string
+	for _, a := range unresolved {
+		if a.State == StateUnknown && a.ID != adopted && a.InState > horizon {
+			ids = append(ids, a.ID)
+		}
+	}
+	if len(ids) == 0 {
+		return nil
+	}
+	dctx, cancel := l.m.dbctx(ctx)
+	defer cancel()
+	reason := fmt.Sprintf("%s (%s): a HEAD after it found other bytes; it can no longer land", horizonReason, horizon)
+	if err := l.m.db.CloseGuards(dctx, l.Bucket, l.Key, ids, reason); err != nil {
+		return err
+	}
+	l.m.Metrics.Settlements.WithLabelValues("closed_past_horizon").Add(float64(len(ids)))
 	return nil
 }
 

@@ -44,6 +44,10 @@ type Attempt struct {
 	UploadAttempt string
 	Generation    int64
 	ETag          string
+	// InState is how long the attempt has been in its state (an unknown
+	// one: since it last became unknown), on PostgreSQL's clock when it was
+	// read.
+	InState time.Duration
 }
 
 // Entry is a key's catalog row: what it resolves to now.

@@ -202,17 +202,26 @@ func (c *Catalog) sendBatch(calls []*batchedCall) {
 			wakeups = append(wakeups, bc.notify)
 		}
 	}
-	if len(wakeups) > 0 {
-		// The batch's commits wake outbox consumers in its own transaction:
-		// no transaction of their own (notify.go).
-		b.Queue(`SELECT pg_notify($1, p) FROM unnest($2::text[]) AS p`, outboxChannel, wakeups)
-	}
 	err := c.Pool.SendBatch(ctx, b).Close()
+	if err == nil {
+		// The batch's commits wake outbox consumers after it, never inside
+		// its transaction: a full notification queue fails a transaction
+		// that NOTIFYs at its commit, and a wake-up must cost latency at
+		// most, never a write (notify.go).
+		for _, w := range wakeups {
+			c.notifyOutbox(w)
+		}
+	}
 	c.writes.mu.Lock()
 	c.writes.calls += int64(len(live))
 	c.writes.batches++
+	// Only an ERROR rolls the batch back for sure. A FATAL or PANIC ends the
+	// connection, possibly after the commit: resent, a settle's commit
+	// (which releases nothing) would be made twice, a second generation and
+	// outbox event for one settle. Its calls' outcome is unknown, as a lost
+	// connection's is.
 	var pgErr *pgconn.PgError
-	resend := err != nil && len(live) > 1 && errors.As(err, &pgErr)
+	resend := err != nil && len(live) > 1 && errors.As(err, &pgErr) && pgErr.Severity == "ERROR"
 	if resend {
 		c.writes.resent += int64(len(live))
 	}
@@ -223,11 +232,8 @@ func (c *Catalog) sendBatch(calls []*batchedCall) {
 		}
 		return
 	}
-	// PostgreSQL reported an error, so the batch's implicit transaction did
-	// not commit, and each call goes again on its own. (A FATAL that ends the
-	// connection just after the commit would make a call repeat what it did:
-	// an acquire then fails on its own attempt id and a commit finds its
-	// lease released, both errors, as a lost connection's would be.)
+	// PostgreSQL reported an ERROR, so the batch's implicit transaction did
+	// not commit, and each call goes again on its own.
 	for _, bc := range live {
 		if bc.err = bc.ctx.Err(); bc.err == nil {
 			bc.err = c.sendAlone(bc.ctx, bc)

@@ -122,7 +122,11 @@ func (c *Catalog) Release(ctx context.Context, bucket, key, holder string, end E
 		_, err := tx.Exec(ctx, `UPDATE attempts SET
 				state = CASE WHEN state = 'leased' THEN $2 ELSE state END,
 				reason = CASE WHEN state = 'leased' THEN nullif($3, '') ELSE reason END,
-				updated_at = clock_timestamp(),
+				-- updated_at is when the state last changed: an unknown
+				-- attempt's horizon, and the generation it was fenced on,
+				-- count from when it became unknown (docs/DESIGN.md, "When a
+				-- guard ends").
+				updated_at = CASE WHEN state = 'leased' THEN clock_timestamp() ELSE updated_at END,
 				fence = coalesce($4, fence), checksum = coalesce(nullif($5, ''), checksum)
 			WHERE attempt_id = $1`, holder, end.State, end.Reason, end.Fence, end.Checksum)
 		return err
@@ -184,7 +188,8 @@ const holderGone = `NOT EXISTS (SELECT 1 FROM leases l WHERE l.bucket = a.bucket
 	AND l.holder = a.attempt_id AND fencegate_lease_live(l.holder, l.expires_at, l.session))`
 
 const attemptColumns = `attempt_id::text, bucket, key, op, state, gateway, coalesce(declared_size, -1), coalesce(checksum, ''),
-	coalesce(upload_id, ''), coalesce(upload_attempt::text, ''), coalesce(generation, 0), coalesce(etag, '')`
+	coalesce(upload_id, ''), coalesce(upload_attempt::text, ''), coalesce(generation, 0), coalesce(etag, ''),
+	extract(epoch FROM clock_timestamp() - CASE WHEN state = 'unknown' THEN coalesce(unknown_at, updated_at) ELSE updated_at END)::float8`
 
 func scanAttempts(rows pgx.Rows, err error) ([]Attempt, error) {
 	if err != nil {
@@ -192,7 +197,9 @@ func scanAttempts(rows pgx.Rows, err error) ([]Attempt, error) {
 	}
 	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (Attempt, error) {
 		var a Attempt
-		err := r.Scan(&a.ID, &a.Bucket, &a.Key, &a.Op, &a.State, &a.Gateway, &a.DeclaredSize, &a.Checksum, &a.UploadID, &a.UploadAttempt, &a.Generation, &a.ETag)
+		var age float64
+		err := r.Scan(&a.ID, &a.Bucket, &a.Key, &a.Op, &a.State, &a.Gateway, &a.DeclaredSize, &a.Checksum, &a.UploadID, &a.UploadAttempt, &a.Generation, &a.ETag, &age)
+		a.InState = time.Duration(age * float64(time.Second))
 		return a, err
 	})
 }
@@ -345,7 +352,7 @@ func (c *Catalog) ForgetBucket(ctx context.Context, bucket string) error {
 // leased by a holder whose lease expired), oldest first, for claimFor: a claim
 // token is stamped on their attempts (and a try counted) before any storage
 // I/O, and SKIP LOCKED keeps concurrent reconcilers on different keys.
-func (c *Catalog) ClaimUnresolved(ctx context.Context, limit int, claimFor time.Duration) ([][2]string, error) {
+func (c *Catalog) ClaimUnresolved(ctx context.Context, limit int, claimFor, horizon time.Duration) ([][2]string, error) {
 	token := NewID()
 	rows, err := c.Pool.Query(ctx, `WITH picked AS (
 			SELECT attempt_id FROM attempts a
@@ -355,12 +362,17 @@ func (c *Catalog) ClaimUnresolved(ctx context.Context, limit int, claimFor time.
 			-- not starve newer ones
 			ORDER BY coalesce(claimed_until, updated_at) LIMIT $1 FOR UPDATE SKIP LOCKED)
 		-- A guard tried three times and still unproven (its bytes never showed
-		-- up, its fence never excluded it) is retried less and less often: up
-		-- to 64 claims apart, not every claim period forever.
+		-- up) is retried less and less often: up to 64 claims apart, but an
+		-- unknown one never past its horizon by more than a claim period, so
+		-- the settle that closes it comes soon after the horizon passes.
 		UPDATE attempts a SET claim_token = $2, tries = tries + 1,
-			claimed_until = clock_timestamp() + $3::interval * power(2, greatest(least(a.tries, 8) - 2, 0))
+			claimed_until = clock_timestamp() + CASE
+				WHEN a.state = 'unknown' AND coalesce(a.unknown_at, a.updated_at) + $4::interval > clock_timestamp()
+				THEN least($3::interval * power(2, greatest(least(a.tries, 8) - 2, 0)),
+					coalesce(a.unknown_at, a.updated_at) + $4::interval - clock_timestamp() + $3::interval / 4)
+				ELSE $3::interval * power(2, greatest(least(a.tries, 8) - 2, 0)) END
 		FROM picked WHERE a.attempt_id = picked.attempt_id
-		RETURNING a.bucket, a.key`, limit, token, claimFor.String())
+		RETURNING a.bucket, a.key`, limit, token, claimFor.String(), horizon.String())
 	if err != nil {
 		return nil, err
 	}
@@ -393,6 +405,16 @@ func (c *Catalog) MarkDeadUnknown(ctx context.Context, bucket, key string) error
 	_, err := c.Pool.Exec(ctx, `UPDATE attempts a SET state = 'unknown', reason = 'lease expired', updated_at = clock_timestamp()
 		WHERE bucket = $1 AND key = $2 AND state = 'leased' AND `+holderGone,
 		bucket, key)
+	return err
+}
+
+// CloseGuards ends unknown attempts of a key that can no longer land (their
+// horizon has passed, lease/settle.go): failed, with reason, and the key's
+// generation at the close recorded, after which they cannot have landed.
+func (c *Catalog) CloseGuards(ctx context.Context, bucket, key string, ids []string, reason string) error {
+	_, err := c.Pool.Exec(ctx, `UPDATE attempts SET state = 'failed', reason = $4, updated_at = clock_timestamp(),
+			generation = (SELECT generation FROM catalog WHERE bucket = $1 AND key = $2)
+		WHERE bucket = $1 AND key = $2 AND attempt_id = ANY($3::uuid[]) AND state = 'unknown'`, bucket, key, ids, reason)
 	return err
 }
 

@@ -18,7 +18,7 @@ func (c *Catalog) Backlog(ctx context.Context, uploadIdle, createSettle time.Dur
 			AND greatest(updated_at, coalesce(activity_at, updated_at)) < clock_timestamp() - $1::interval),
 		(SELECT count(*) FROM audit_cursors),
 		(SELECT count(*) FROM attempts a WHERE `+unboundWhere+` AND a.updated_at < clock_timestamp() - $2::interval),
-		coalesce((SELECT extract(epoch FROM clock_timestamp() - min(updated_at)) FROM attempts WHERE state = 'unknown' AND op <> 'multipart'), 0),
+		coalesce((SELECT extract(epoch FROM clock_timestamp() - min(coalesce(unknown_at, updated_at))) FROM attempts WHERE state = 'unknown' AND op <> 'multipart'), 0),
 		coalesce((SELECT extract(epoch FROM clock_timestamp() - min(greatest(updated_at, coalesce(activity_at, updated_at))) - $1::interval)
 			FROM attempts WHERE op = 'multipart' AND state = 'open' AND upload_id IS NOT NULL
 			AND greatest(updated_at, coalesce(activity_at, updated_at)) < clock_timestamp() - $1::interval), 0)`,
@@ -108,7 +108,7 @@ func (c *Catalog) ReadStatus(ctx context.Context, uploadIdle, createSettle time.
 	s.Uploads.OldestAbandonedSeconds = b.OldestAbandoned.Seconds()
 	err = c.Pool.QueryRow(ctx, `SELECT
 		(SELECT count(*) FROM attempts WHERE state = 'unknown' AND op <> 'multipart'),
-		coalesce((SELECT extract(epoch FROM clock_timestamp() - min(updated_at)) FROM attempts WHERE state = 'unknown' AND op <> 'multipart'), 0),
+		coalesce((SELECT extract(epoch FROM clock_timestamp() - min(coalesce(unknown_at, updated_at))) FROM attempts WHERE state = 'unknown' AND op <> 'multipart'), 0),
 		(SELECT count(*) FROM attempts WHERE op = 'multipart' AND state = 'open'),
 		(SELECT count(*) FROM attempts a WHERE `+unboundWhere+` AND (a.state = 'unknown' OR a.updated_at < clock_timestamp() - $1::interval)),
 		(SELECT count(*) FROM foreign_uploads WHERE aborted_at IS NULL),

@@ -20,8 +20,14 @@ tags=${TEST_TAGS:-failpoint}
 # name # file # line to find (exact, whitespace-trimmed) # replacement (\n, \t) # package:regex ...
 MUTANTS=(
   "skip-fence#gateway/write.go#func setFence(h http.Header, f lease.Fence, op string) {#func setFence(h http.Header, f lease.Fence, op string) {\n\tif true {\n\t\treturn\n\t}#./conformance:^(TestFenceRefusesWriteAfterStoreChanged|TestExpiredWriterCannotOverwrite|TestConcurrentPutsOneKeyTwoGateways|TestDeleteRacesPut)\$"
-  "skip-commit-lease-check#meta/migrations/0006_gateway_sessions.sql#IF NOT coalesce(v_held, false) THEN#IF false THEN#./lease:^TestLostLeaseTakeoverAndRefusedCommit\$#./conformance:^(TestCommitWaitingForLockPastExpiryIsRefused|TestCommitCutBeforeItRanLeavesUnknown)\$"
+  "skip-commit-lease-check#meta/migrations/0010_guards_end_by_proof.sql#IF NOT coalesce(v_held, false) THEN#IF false THEN#./lease:^TestLostLeaseTakeoverAndRefusedCommit\$#./conformance:^(TestCommitWaitingForLockPastExpiryIsRefused|TestCommitCutBeforeItRanLeavesUnknown)\$"
   "unknown-as-failed#lease/held.go#func (l *Lease) Finish(state, reason string) {#func (l *Lease) Finish(state, reason string) {\n\tif state == StateUnknown {\n\t\tstate = StateFailed\n\t}#./lease:^(TestReconciler|TestCompetingReconcilers)#./conformance:^(TestLostPutResponseIsAdoptedBeforeRetry|TestCompleteRetryGetsSameGeneration|TestCommitCutBeforeItRanLeavesUnknown)\$"
+  "supersede-on-commit#meta/migrations/0010_guards_end_by_proof.sql#IF p_release THEN#IF p_settled = p_holder AND p_settled_state = 'committed' THEN\n    UPDATE attempts SET state = 'failed', updated_at = clock_timestamp(), reason = 'superseded by generation ' || v_gen\n        WHERE bucket = p_bucket AND key = p_key AND state = 'unknown' AND op <> 'multipart';\nEND IF;\nIF p_release THEN#./lease:^TestLostLeaseTakeoverAndRefusedCommit\$#./conformance:^(TestStarGuardOutlivesLaterGenerationAndDelete|TestSameETagCommitKeepsGuard|TestClientMatchAnyDeleteKeepsGuard)\$"
+  "refuse-own-holder#meta/migrations/0010_guards_end_by_proof.sql#ELSIF v_holder = p_holder AND fencegate_lease_live(v_holder, v_expires, v_session) THEN#ELSIF false THEN#./lease:^TestAcquireRepeatedByItsHolder\$"
+  "keep-lost-acquire#lease/lease.go#m.release(req.Bucket, req.Key, id, Ending{State: StateFailed,#m.release(req.Bucket, req.Key, NewID(), Ending{State: StateFailed,#./lease:^TestLostAcquireAnswerFreesKey\$"
+  "close-before-horizon#lease/settle.go#if a.State == StateUnknown \&\& a.ID != adopted \&\& a.InState > horizon {#if a.State == StateUnknown \&\& a.ID != adopted {#./lease:^TestGuardClosedOnlyPastItsHorizon\$#./conformance:^(TestStarGuardOutlivesLaterGenerationAndDelete)\$"
+  "missing-bucket-as-busy#gateway/write.go#if errors.Is(err, lease.ErrNoSuchBucket) {#if false \&\& errors.Is(err, lease.ErrNoSuchBucket) {#./conformance:^TestWriteToMissingBucket\$"
+  "waiters-mark-only-listening#lease/lease.go#p.Wait = queued != nil#p.Wait = queued != nil \&\& false#./lease:^TestOtherGatewayGetsHotKey\$"
   "drop-copy-source-read-check#gateway/admit.go#if !r.akey.allowed(PermRead, srcBucket) {#if false \&\& !r.akey.allowed(PermRead, srcBucket) {#./conformance:^(TestSecurityCopySourceAnyCase)\$"
   "header-exact-case#gateway/admit.go#copySource := hdr.get(\"x-amz-copy-source\")#copySource := string(ctx.Request.Header.Peek(\"X-Amz-Copy-Source\"))#./conformance:^(TestSecurityCopySourceAnyCase|TestSecurityAWSCLILowerCaseHeaders|TestConditionalWritesAwsCLI)\$"
 )
@@ -40,7 +46,7 @@ trap restore EXIT INT TERM
 apply() { # file find replace
   python3 - "$1" "$2" "$3" <<'PY'
 import sys
-path, find, repl = sys.argv[1], sys.argv[2], sys.argv[3].replace("\\n", "\n").replace("\\t", "\t").replace("\\&", "&")
+path, find, repl = sys.argv[1], sys.argv[2].replace("\\&", "&"), sys.argv[3].replace("\\n", "\n").replace("\\t", "\t").replace("\\&", "&")
 src = open(path).read()
 lines = src.split("\n")
 hits = [i for i, l in enumerate(lines) if l.strip() == find]
@@ -52,6 +58,10 @@ lines[i] = indent + repl.replace("\n", "\n" + indent)
 open(path, "w").write("\n".join(lines))
 PY
 }
+
+# A mutant's test run is bounded: a test that hangs instead of failing counts
+# as a kill by timeout (named so), and should be given a deadline of its own.
+MUTANT_TIMEOUT=${MUTANT_TIMEOUT:-5m}
 
 want=("$@")
 declare -a table
@@ -80,14 +90,29 @@ for m in "${MUTANTS[@]}"; do
     pkg=${spec%%:*} run=${spec#*:}
     echo "== $name: go test $pkg -run '$run'" >&2
     log=$(mktemp)
-    go test -tags "$tags" -count=1 -timeout 10m -v -run "$run" "$pkg" >"$log" 2>&1 || true
+    rc=0
+    go test -tags "$tags" -count=1 -timeout "$MUTANT_TIMEOUT" -v -run "$run" "$pkg" >"$log" 2>&1 || rc=$?
     if grep -q '\[build failed\]\|\[setup failed\]' "$log"; then
       cat "$log" >&2
       restore
       echo "FAIL: mutant $name broke the build of $pkg" >&2
       exit 2
     fi
-    while read -r tname; do killers+=("$tname"); done < <(grep -E '^\s*--- FAIL: ' "$log" | grep -v '/' | sed -E 's/^\s*--- FAIL: ([^ ]+).*/\1/')
+    found=0
+    while read -r tname; do killers+=("$tname"); found=1; done < <(grep -E '^\s*--- FAIL: ' "$log" | grep -v '/' | sed -E 's/^\s*--- FAIL: ([^ ]+).*/\1/')
+    if ((rc != 0 && found == 0)); then
+      # No test reported its failure: go test's -timeout (or a panic) ended
+      # the run. That is a kill, by timeout or panic, never a survival; the
+      # tests that were running are named (go test lists them on timeout).
+      if grep -q '^panic: test timed out' "$log"; then
+        while read -r tname; do killers+=("timeout:$tname"); found=1; done < <(sed -n '/^panic: test timed out/,/^$/p' "$log" | grep -E '^\s+Test' | grep -v '/' | awk '{print $1}')
+        ((found)) || killers+=("timeout:$pkg")
+      elif grep -q '^panic: ' "$log"; then
+        killers+=("panic:$(grep -m1 -oE '^--- FAIL: [^ ]+|^=== RUN +[^ ]+' "$log" | tail -1 | awk '{print $NF}')")
+      else
+        killers+=("exit-$rc:$pkg")
+      fi
+    fi
     rm -f "$log"
   done
   restore

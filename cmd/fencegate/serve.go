@@ -87,6 +87,7 @@ func (c *serveConfig) define(f envFlags) {
 	f.Duration(&c.Lease.DBTimeout, "db-timeout", "FENCEGATE_DB_TIMEOUT", 5*time.Second, "client-side bound on every database call of the write protocol")
 	f.Duration(&c.Lease.SessionHeartbeat, "session-heartbeat", "FENCEGATE_SESSION_HEARTBEAT", 2*time.Second, "how often the gateway extends its session on PostgreSQL's clock")
 	f.Duration(&c.Lease.SessionTimeout, "session-timeout", "FENCEGATE_SESSION_TIMEOUT", 10*time.Second, "a gateway whose session is not extended for this long is dead: its keys are free for others")
+	f.Duration(&c.Lease.GuardHorizon, "guard-horizon", "FENCEGATE_GUARD_HORIZON", lease.DefaultGuardHorizon, "how long a request sent to the store may still land after the gateway gave up on it (at least the store's own request-age limit, 15 min for SigV4); an unknown write older than this whose bytes are not found is closed as unable to land")
 	f.Duration(&c.Lease.SessionMargin, "session-margin", "FENCEGATE_SESSION_MARGIN", 2*time.Second, "local session deadline = last heartbeat's send time + session timeout - margin; past it, in-flight writes are cut and new ones refused")
 	f.Duration(&c.Reconcile, "reconcile-interval", "FENCEGATE_RECONCILE_INTERVAL", 20*time.Second, "reconciler period (a scan also runs at start-up)")
 	c.defineLifecycle(f)
@@ -126,6 +127,7 @@ func (c *serveConfig) validate() error {
 		{"--lease-poll", c.Lease.WaitPoll}, {"--lease-poll-listening", c.Lease.WaitPollListening},
 		{"--reconcile-interval", c.Reconcile}, {"--session-heartbeat", c.Lease.SessionHeartbeat},
 		{"--session-timeout", c.Lease.SessionTimeout}, {"--session-margin", c.Lease.SessionMargin},
+		{"--guard-horizon", c.Lease.GuardHorizon},
 	} {
 		if d.v <= 0 {
 			return fmt.Errorf("%s must be a positive duration (got %v)", d.flag, d.v)

@@ -54,7 +54,9 @@ func (e *StatusError) Error() string {
 	return fmt.Sprintf("%s: store answered %d %s", e.What, e.Status, http.StatusText(e.Status))
 }
 
-var errNoSuchBucket = errors.New("the store has no such bucket")
+// ErrNoSuchBucket: the store has no bucket of that name (a HEAD's 404 that
+// is not an absent key).
+var ErrNoSuchBucket = errors.New("the store has no such bucket")
 
 // Head reports what the store holds at a key and who wrote it.
 func (c *Client) Head(ctx context.Context, bucket, key string) (Object, error) {
@@ -100,7 +102,7 @@ func (c *Client) HeadVersion(ctx context.Context, bucket, key, versionID string)
 			if ok, err := c.bucketExists(ctx, bucket); err != nil {
 				return Object{}, err
 			} else if !ok {
-				return Object{}, fmt.Errorf("%w: %s", errNoSuchBucket, bucket)
+				return Object{}, fmt.Errorf("%w: %s", ErrNoSuchBucket, bucket)
 			}
 		}
 		return Object{}, nil

@@ -403,6 +403,12 @@ func Cases() []Case {
 				}
 				return wire("PUT", target, hs, body)
 			})},
+		Case{Name: "header-metadata-too-large", What: "3 KiB of signed x-amz-meta-* (S3 allows 2 KB)", Accept: answers(400, "MetadataTooLarge"),
+			smuggled: []string{"metadata"},
+			build: build(func(e *env) []byte {
+				target, hs := e.putHeaders(e.key("metadata"), body, hdr{"x-amz-meta-big", strings.Repeat("m", 3<<10)})
+				return wire("PUT", target, hs, body)
+			})},
 		Case{Name: "request-line-oversized", What: "a 20 KiB request target", Accept: join(tooLarge, answers(414), answers(400, "KeyTooLongError")),
 			build: build(func(e *env) []byte {
 				return e.request("PUT", e.path(e.key(strings.Repeat("k", 20<<10))), body)
@@ -671,6 +677,7 @@ func Cases() []Case {
 				return e.request("GET", e.path(e.key("absent")), s)
 			})},
 	)
+	add(formCases()...)
 	return cs
 }
 

@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -70,8 +71,9 @@ func send(ctx context.Context, addr string, raw []byte, method string, timeout t
 	}
 	defer c.Close()
 	deadline := time.Now().Add(timeout)
+	callersDeadline := false
 	if dl, ok := ctx.Deadline(); ok && dl.Before(deadline) {
-		deadline = dl
+		deadline, callersDeadline = dl, true
 	}
 	_ = c.SetDeadline(deadline)
 	stop := context.AfterFunc(ctx, func() { _ = c.SetDeadline(time.Now()) })
@@ -92,6 +94,13 @@ func send(ctx context.Context, addr string, raw []byte, method string, timeout t
 	for {
 		resp, err := http.ReadResponse(br, &http.Request{Method: method})
 		if err != nil {
+			if ctx.Err() != nil || callersDeadline && !time.Now().Before(deadline) {
+				// The caller gave up (a campaign ending mid-case), not the
+				// gateway: no verdict, never a hang (issue 27: both of the
+				// campaign's "hangs" were cases cut by its end).
+				x.err = fmt.Errorf("cut by the caller before an answer: %w", ctx.Err())
+				return x
+			}
 			x.classify(err)
 			return x
 		}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"regexp"
-	"strconv"
 	"strings"
 	"time"
 
@@ -40,19 +39,12 @@ func (c *catalog) leased(ctx context.Context) error {
 	return nil
 }
 
-// unresolved is nil once no attempt is leased and none but multipart uploads
-// (which may exist at the store, for the upload clean-up) is unknown.
+// unresolved is nil once no attempt is leased. Unknown attempts may stay:
+// a guard ends only when its bytes are found or its horizon (20 min, far
+// past a campaign) has passed (docs/DESIGN.md, "When a guard ends"); the
+// report counts them (leftover), and the check holds each to its fence.
 func (c *catalog) unresolved(ctx context.Context) error {
-	var leased, unknown int
-	err := c.pool.QueryRow(ctx, `SELECT count(*) FILTER (WHERE state = 'leased'),
-		count(*) FILTER (WHERE state = 'unknown' AND op <> 'multipart') FROM attempts`).Scan(&leased, &unknown)
-	if err != nil {
-		return err
-	}
-	if leased > 0 || unknown > 0 {
-		return fmt.Errorf("%d attempts leased, %d unknown", leased, unknown)
-	}
-	return nil
+	return c.leased(ctx)
 }
 
 // leftover counts the attempts still unknown, by operation.
@@ -99,6 +91,14 @@ var digits = regexp.MustCompile(`[0-9]+`)
 type attemptRecord struct {
 	state, reason string
 	gen           int64
+	// fence is what the attempt was fenced on, for one whose outcome was
+	// unknown at some point: the key's last generation committed before it
+	// became unknown (every generation of the key since its lease began was
+	// committed under that lease, by its own settle). Absent: no such
+	// generation, or a delete.
+	fenceETag   string
+	fenceAbsent bool
+	fenceKnown  bool // it was unknown at some point (attempts.unknown_at)
 }
 
 // settleUnknowns resolves the PUTs whose client never learned the outcome
@@ -107,8 +107,7 @@ type attemptRecord struct {
 // settled. A PUT with no attempt was never sent (the attempt row comes before
 // any byte reaches the store); one whose attempt was committed or adopted
 // took effect with that generation; one whose attempt failed was proven not
-// written, unless it failed only because a later generation superseded it
-// (settleFromAttempts). These are the gateways' claims, and the check holds them to it: a
+// written, unless it was closed past its horizon (settleFromAttempts). These are the gateways' claims, and the check holds them to it: a
 // value read after its write was declared failed is a violation. Copies,
 // Completes and deletes carry no checksum: one with no attempt of its kind on
 // its key begun while it ran was never sent; otherwise it stays unknown.
@@ -117,8 +116,13 @@ func (c *catalog) settleUnknowns(ctx context.Context, ops []history.Op, start ti
 	if err != nil {
 		return nil, err
 	}
-	rows, err := c.pool.Query(ctx, `SELECT bucket, key, checksum, state, coalesce(reason, ''), coalesce(generation, 0)
-		FROM attempts WHERE op = 'put' AND checksum IS NOT NULL`)
+	rows, err := c.pool.Query(ctx, `SELECT a.bucket, a.key, a.checksum, a.state, coalesce(a.reason, ''), coalesce(a.generation, 0),
+			coalesce(f.etag, ''), coalesce(f.deleted, true), a.unknown_at IS NOT NULL
+		FROM attempts a LEFT JOIN LATERAL (
+			SELECT g.etag, g.deleted FROM generations g
+			WHERE g.bucket = a.bucket AND g.key = a.key AND g.committed_at <= a.unknown_at
+			ORDER BY g.generation DESC LIMIT 1) f ON true
+		WHERE a.op = 'put' AND a.checksum IS NOT NULL`)
 	if err != nil {
 		return nil, err
 	}
@@ -127,7 +131,7 @@ func (c *catalog) settleUnknowns(ctx context.Context, ops []history.Op, start ti
 	for rows.Next() {
 		var b, k, sum string
 		var a attemptRecord
-		if err := rows.Scan(&b, &k, &sum, &a.state, &a.reason, &a.gen); err != nil {
+		if err := rows.Scan(&b, &k, &sum, &a.state, &a.reason, &a.gen, &a.fenceETag, &a.fenceAbsent, &a.fenceKnown); err != nil {
 			return nil, err
 		}
 		if _, v, ok := strings.Cut(sum, ":"); ok {
@@ -137,6 +141,12 @@ func (c *catalog) settleUnknowns(ctx context.Context, ops []history.Op, start ti
 	}
 	if err := rows.Err(); err != nil {
 		return nil, err
+	}
+	byETag := map[string]string{} // a value's body's ETag -> the value
+	for _, op := range ops {
+		if op.Kind == history.Write && strings.HasPrefix(op.Value, "c") {
+			byETag[md5Hex(bodyOf(op.Value))] = op.Value
+		}
 	}
 	counts := map[string]int{}
 	for i := range ops {
@@ -161,21 +171,25 @@ func (c *catalog) settleUnknowns(ctx context.Context, ops []history.Op, start ti
 			counts[op.Settled]++
 			continue
 		}
-		settleFromAttempts(op, byValue[op.Key+" "+crc32Base64(bodyOf(op.Value))])
+		as := byValue[op.Key+" "+crc32Base64(bodyOf(op.Value))]
+		settleFromAttempts(op, as)
+		if op.Cond == history.NoCond && (op.Outcome == history.Unknown || strings.HasSuffix(op.Settled, "adopted")) {
+			fenceFromAttempts(op, as, byETag)
+		}
 		counts[op.Settled]++
 	}
 	return counts, nil
 }
 
 // settleFromAttempts settles an unknown PUT from the attempts recorded
-// with its value's checksum. An attempt failed because a later fenced
-// generation superseded it is not proof that it was never written: it can
-// no longer land, but it may have landed before, and been overwritten
-// straight at the store before anyone settled the key (the settling HEAD
-// then sees the other bytes and cannot tell). Such a PUT stays unknown, its
-// effect, if any, before the superseding generation; any other failure
-// (nothing sent, the store refused it, its body never completed) is a
-// proof, and the PUT did not take effect.
+// with its value's checksum, holding fencegate to exactly what it claims
+// (docs/DESIGN.md, "When a guard ends"). No commit retires an unknown attempt:
+// one still unknown stays unknown, free to take effect at any time after its
+// invocation. One closed past its horizon cannot land after the generation
+// recorded with the close, but may have landed before it (and been replaced
+// since): it stays unknown, bounded by the next generation. Any other failure
+// (nothing sent, the store refused it, its body never completed) is a proof,
+// and the PUT did not take effect.
 func settleFromAttempts(op *history.Op, as []attemptRecord) {
 	if len(as) == 0 {
 		op.Outcome, op.Settled = history.Failed, "no attempt: never sent"
@@ -186,10 +200,10 @@ func settleFromAttempts(op *history.Op, as []attemptRecord) {
 		switch {
 		case a.state == "committed" || a.state == "adopted":
 			op.Outcome, op.Gen, op.Settled, op.Before = history.OK, a.gen, "landed: attempt "+a.state, 0
-		case a.state == "failed" && strings.HasPrefix(a.reason, "superseded by generation"):
+		case a.state == "failed" && strings.HasPrefix(a.reason, horizonReason):
 			if op.Outcome == history.Unknown {
-				op.Settled = "stays unknown: superseded (it may have landed before the generation that superseded it)"
-				op.Before, _ = strconv.ParseInt(digits.FindString(a.reason), 10, 64)
+				op.Settled = "stays unknown: closed past its horizon (it may have landed before the generation recorded with the close)"
+				op.Before = a.gen + 1
 			}
 		case a.state == "failed":
 			if op.Outcome == history.Unknown {
@@ -198,6 +212,49 @@ func settleFromAttempts(op *history.Op, as []attemptRecord) {
 		}
 	}
 }
+
+// fenceFromAttempts gives an unknown or adopted PUT sent without a condition
+// of its client's the condition fencegate sent it with: the store applies
+// it, if at all, only while that condition holds, so it takes effect only in
+// such a state (If-None-Match: * when its fence was an absent key, If-Match
+// on the fenced value otherwise). That is the claim that catches a broken
+// fence: without it, a late landing over a newer generation, adopted by the
+// next settle, would be linearizable.
+// Attempts fenced on different states, or on bytes that are no value of the
+// campaign's PUTs, leave the PUT unconditional.
+func fenceFromAttempts(op *history.Op, as []attemptRecord, byETag map[string]string) {
+	cond, value, seen := history.NoCond, "", false
+	for _, a := range as {
+		switch {
+		case op.Outcome == history.OK && a.state != "adopted":
+			continue // an adopted PUT: the adopted attempt's fence
+		case op.Outcome == history.Unknown && a.state != "unknown" && !(a.state == "failed" && strings.HasPrefix(a.reason, horizonReason)):
+			continue
+		case !a.fenceKnown:
+			return // never unknown (adopted from a dead holder's lease): its fence is not known
+		}
+		c, v := history.IfNoneMatch, ""
+		if !a.fenceAbsent {
+			var ok bool
+			if v, ok = byETag[a.fenceETag]; !ok {
+				return
+			}
+			c = history.IfMatch
+		}
+		if seen && (c != cond || v != value) {
+			return
+		}
+		cond, value, seen = c, v, true
+	}
+	op.Cond, op.CondValue = cond, value
+	if cond != history.NoCond {
+		op.Settled += "; fenced"
+	}
+}
+
+// horizonReason begins the reason of an attempt fencegate closed past its
+// guard horizon (lease/settle.go).
+const horizonReason = "past its horizon"
 
 // attemptBegins are the times attempts began, per key and operation, in ns
 // since the campaign's start (PostgreSQL runs on this machine's clock).

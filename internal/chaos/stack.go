@@ -71,6 +71,11 @@ func (g *gatewayProc) URL() string {
 	return g.url
 }
 
+// noListenerGateway runs without the release listener, as a gateway behind
+// a transaction-mode pooler does: its writers poll for released keys, and the
+// others' hot keys must still reach them (lease.YieldFor; issue 27).
+const noListenerGateway = 2
+
 // campaignEnv is how every campaign gateway runs: a reconciler pass every 2 s
 // and multipart Creates of unknown outcome looked for after 5 s, so that what
 // the faults leave is settled within the campaign; writers wait 5 s for a
@@ -221,6 +226,9 @@ func (s *campaignStack) startGateway(ctx context.Context, g *gatewayProc, failpo
 	cfg := s.serveConfig(g.logPath, s.gatewayDB(g), g.storeHTTP.URL())
 	if failpoint != "" {
 		cfg.Env = append(cfg.Env, "FENCEGATE_FAILPOINT="+failpoint)
+	}
+	if g.index == noListenerGateway {
+		cfg.Env = append(cfg.Env, "FENCEGATE_LEASE_LISTEN=false")
 	}
 	var (
 		p   *stack.Fencegate

@@ -65,10 +65,11 @@ type Op struct {
 	Return    int64   `json:"return"`            // ns since the campaign start, when the answer (or the error) arrived
 	Detail    string  `json:"detail,omitempty"`  // status, S3 code, error text
 	Settled   string  `json:"settled,omitempty"` // for an outcome the client did not learn: how it was settled afterwards (filled by the campaign)
-	// Before, for an Unknown write whose attempt a later fenced generation
-	// superseded, is that generation: the write can no longer land, but may
-	// have landed before it (and been overwritten around the gateway), so
-	// it takes effect, if at all, while the key's generation is below it.
+	// Before, for an Unknown write whose attempt fencegate closed past its
+	// guard horizon, is the first generation after the close: the write can
+	// no longer land, but may have landed before (and been overwritten
+	// around the gateway), so it takes effect, if at all, while the key's
+	// generation is below it.
 	Before int64 `json:"before,omitempty"`
 }
 

@@ -108,8 +108,8 @@ func step(s State, op *Op) (bool, State) {
 			return true, s
 		}
 		if !s.holds(op) || op.Before > 0 && s.Gen >= op.Before {
-			// The condition is false, or the generation that superseded
-			// it is already in place: no effect here.
+			// The condition is false, or a generation after the attempt
+			// closed past its horizon is already in place: no effect here.
 			return false, s
 		}
 		n := s.after(op, 0)
