@@ -14,10 +14,13 @@ DECLARE
     v_mark    text;
     v_found   boolean := false; -- the key's row was there (locked)
     v_new     boolean := false; -- this call inserted it, leased to p_holder
+    v_yield_from  text;
+    v_yield_until timestamptz;
 BEGIN
     acquired := false;
     FOR i IN 1..2 LOOP
-        SELECT holder, expires_at, session, wakeup INTO v_holder, v_expires, v_session, v_wakeup
+        SELECT holder, expires_at, session, wakeup, yield_from, yield_until
+            INTO v_holder, v_expires, v_session, v_wakeup, v_yield_from, v_yield_until
             FROM leases WHERE bucket = p_bucket AND key = p_key FOR UPDATE;
         v_found := FOUND;
         EXIT WHEN v_found;
@@ -32,9 +35,16 @@ BEGIN
         NULL;
     ELSIF NOT v_found THEN
         RETURN; -- inserted by another writer and pruned again, twice: busy
-    ELSIF fencegate_lease_live(v_holder, v_expires, v_session) THEN
-        holder_live_for := extract(epoch FROM least(v_expires,
-            (SELECT s.expires_at FROM sessions s WHERE s.session_id = v_session)) - clock_timestamp());
+    ELSIF v_holder = p_holder AND fencegate_lease_live(v_holder, v_expires, v_session) THEN
+        -- The caller holds it already: an earlier call (or a hand-over) took
+        -- it and its answer was lost. It keeps the lease it has.
+        UPDATE leases SET expires_at = clock_timestamp() + p_ttl WHERE bucket = p_bucket AND key = p_key;
+    ELSIF fencegate_lease_live(v_holder, v_expires, v_session)
+            OR (v_yield_from = p_gateway AND v_yield_until > clock_timestamp()) THEN
+        -- Held by a live writer, or free while this gateway yields it to
+        -- the others (its last holder's gateway, see above).
+        holder_live_for := extract(epoch FROM coalesce(least(v_expires,
+            (SELECT s.expires_at FROM sessions s WHERE s.session_id = v_session)), v_yield_until) - clock_timestamp());
         IF p_wait THEN
             v_mark := CASE WHEN v_wakeup IS NULL OR v_wakeup = p_gateway THEN p_gateway ELSE '*' END;
             IF v_mark IS DISTINCT FROM v_wakeup THEN
@@ -48,7 +58,8 @@ BEGIN
                 FROM sessions s WHERE s.session_id = v_session
                   AND (s.ended_at IS NOT NULL OR s.expires_at <= clock_timestamp());
         END IF;
-        UPDATE leases SET holder = p_holder, expires_at = clock_timestamp() + p_ttl, progress_at = NULL, session = p_session
+        UPDATE leases SET holder = p_holder, expires_at = clock_timestamp() + p_ttl, progress_at = NULL, session = p_session,
+                yield_from = NULL, yield_until = NULL
             WHERE bucket = p_bucket AND key = p_key;
         IF v_holder IS NOT NULL THEN
             -- the previous holder lost its lease: it may have landed
@@ -58,9 +69,18 @@ BEGIN
     END IF;
     IF p_mode = 'new' THEN
         INSERT INTO attempts (attempt_id, bucket, key, op, state, gateway, declared_size, checksum, upload_attempt)
-            VALUES (p_holder, p_bucket, p_key, p_op, 'leased', p_gateway, p_size, nullif(p_checksum, ''), p_upload_attempt);
+            VALUES (p_holder, p_bucket, p_key, p_op, 'leased', p_gateway, p_size, nullif(p_checksum, ''), p_upload_attempt)
+            ON CONFLICT (attempt_id) DO NOTHING;
     END IF;
     acquired := true;
+END $$;
+
+CREATE FUNCTION public.fencegate_attempt_unknown() RETURNS trigger
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+    NEW.unknown_at := clock_timestamp();
+    RETURN NEW;
 END $$;
 
 CREATE FUNCTION public.fencegate_commit(p_bucket text, p_key text, p_holder uuid, p_settled uuid, p_settled_state text, p_etag text, p_size bigint, p_attempt uuid, p_deleted boolean, p_origin text, p_release boolean) RETURNS bigint
@@ -106,16 +126,6 @@ BEGIN
                 WHERE upload_attempt = v_upload AND attempt_id <> p_settled AND state IN ('leased', 'unknown')
                   AND attempt_id <> p_holder;
         END IF;
-    END IF;
-    IF p_settled = p_holder AND p_settled_state = 'committed' THEN
-        -- The holder's own fenced write landed: unknown tries it excluded can no
-        -- longer land (see the ETag limit in docs/DESIGN.md). A delete excludes
-        -- only tries fenced on an ETag: it makes If-None-Match: * true again,
-        -- and a try whose fence is not known may carry that.
-        UPDATE attempts SET state = 'failed', updated_at = clock_timestamp(),
-            reason = 'superseded by generation ' || v_gen || ', whose fenced write excluded it'
-            WHERE bucket = p_bucket AND key = p_key AND state = 'unknown' AND op <> 'multipart'
-              AND (NOT p_deleted OR (fence IS NOT NULL AND fence NOT IN ('', '*')));
     END IF;
     IF p_release THEN
         UPDATE leases SET holder = NULL, expires_at = NULL, session = NULL WHERE bucket = p_bucket AND key = p_key;
@@ -163,9 +173,16 @@ END $$;
 CREATE FUNCTION public.fencegate_lease_released() RETURNS trigger
     LANGUAGE plpgsql
     AS $$
+DECLARE
+    v_gateway text;
 BEGIN
-    IF OLD.wakeup = '*' OR NOT EXISTS (SELECT 1 FROM attempts WHERE attempt_id = OLD.holder AND gateway = OLD.wakeup) THEN
+    SELECT gateway INTO v_gateway FROM attempts WHERE attempt_id = OLD.holder;
+    IF OLD.wakeup = '*' OR v_gateway IS DISTINCT FROM OLD.wakeup THEN
         PERFORM pg_notify('fencegate_lease_released', fencegate_key_hash(OLD.bucket, OLD.key));
+        IF v_gateway IS NOT NULL THEN
+            NEW.yield_from := v_gateway;
+            NEW.yield_until := clock_timestamp() + interval '1 second';
+        END IF;
     END IF;
     NEW.wakeup := NULL;
     RETURN NEW;
@@ -214,6 +231,7 @@ CREATE TABLE public.attempts (
     upload_attempt uuid,
     fence text,
     activity_at timestamp with time zone,
+    unknown_at timestamp with time zone,
     CONSTRAINT attempts_op_check CHECK ((op = ANY (ARRAY['put'::text, 'copy'::text, 'complete'::text, 'delete'::text, 'multipart'::text]))),
     CONSTRAINT attempts_state_check CHECK ((state = ANY (ARRAY['leased'::text, 'open'::text, 'committed'::text, 'adopted'::text, 'unknown'::text, 'failed'::text, 'aborted'::text])))
 );
@@ -288,7 +306,9 @@ CREATE TABLE public.leases (
     expires_at timestamp with time zone,
     progress_at timestamp with time zone,
     session uuid,
-    wakeup text
+    wakeup text,
+    yield_from text,
+    yield_until timestamp with time zone
 );
 
 CREATE TABLE public.outbox (
@@ -406,6 +426,8 @@ CREATE INDEX attempts_upload_attempt ON public.attempts USING btree (upload_atte
 CREATE INDEX leases_session ON public.leases USING btree (session) WHERE (session IS NOT NULL);
 
 CREATE INDEX sessions_open ON public.sessions USING btree (expires_at) WHERE (ended_at IS NULL);
+
+CREATE TRIGGER attempts_unknown BEFORE UPDATE OF state ON public.attempts FOR EACH ROW WHEN (((new.state = 'unknown'::text) AND (old.state IS DISTINCT FROM 'unknown'::text))) EXECUTE FUNCTION public.fencegate_attempt_unknown();
 
 CREATE TRIGGER leases_released BEFORE UPDATE ON public.leases FOR EACH ROW WHEN (((old.wakeup IS NOT NULL) AND (old.holder IS NOT NULL) AND (new.holder IS NULL))) EXECUTE FUNCTION public.fencegate_lease_released();
 
