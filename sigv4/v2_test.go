@@ -60,7 +60,7 @@ var v2Vectors = []v2Vector{
 		now: "Tue, 27 Mar 2007 21:06:08 +0000", wantSignature: "ilyl83RwaSoYIEdixDQcA4OnAnc="},
 	{name: "ListBuckets", method: "GET", host: "s3.amazonaws.com", path: "/",
 		headers: []HeaderField{{"Date", "Wed, 28 Mar 2007 01:29:59 +0000"}},
-		now: "Wed, 28 Mar 2007 01:29:59 +0000", wantSignature: "qGdzdERIC03wnaRNKh6OqZehG9s="},
+		now:     "Wed, 28 Mar 2007 01:29:59 +0000", wantSignature: "qGdzdERIC03wnaRNKh6OqZehG9s="},
 	{name: "Unicode keys: the path as sent, its escapes' case kept", method: "GET", host: "s3.amazonaws.com",
 		path: "/dictionary/fran%C3%A7ais/pr%c3%a9f%c3%a8re", headers: []HeaderField{{"Date", "Wed, 28 Mar 2007 01:49:49 +0000"}},
 		now: "Wed, 28 Mar 2007 01:49:49 +0000", wantSignature: "DNEZGsoieTZ92F3bUfSPQcbGmlM="},
