@@ -191,6 +191,9 @@ func (v *Verifier) verifyHeaderV2(r *Request, h *headerScan) (*Auth, error) {
 			"Authorization", h.authorization)
 	}
 	akid, sig := cred[:i], cred[i+1:]
+	if e := refuseStreamingV2(h); e != nil {
+		return nil, e
+	}
 	// x-amz-date wins over Date, and then the Date line is empty: the date
 	// is signed among the amz headers.
 	var t time.Time
@@ -217,6 +220,16 @@ func (v *Verifier) verifyHeaderV2(r *Request, h *headerScan) (*Auth, error) {
 		return nil, err
 	}
 	return newAuth(Auth{AccessKeyID: akid, SignatureV2: true, Payload: PayloadUnsigned, Time: t}, h)
+}
+
+// refuseStreamingV2: an aws-chunked body's chunk signatures chain from a V4
+// seed signature, which a V2 request has not; its framing must not pass as
+// the object's bytes.
+func refuseStreamingV2(h *headerScan) *Error {
+	if h.nContentSHA > 0 && strings.HasPrefix(strings.TrimSpace(h.contentSHA), "STREAMING-") {
+		return errInvalidRequest("x-amz-content-sha256 %s needs AWS Signature Version 4", h.contentSHA)
+	}
+	return nil
 }
 
 // parseV2Date reads an HTTP date (RFC 1123, as clients send Date) or the
@@ -253,6 +266,9 @@ func (v *Verifier) verifyPresignedV2(r *Request, h *headerScan) (*Auth, error) {
 	}
 	if seen != 7 || akid == "" || sig == "" {
 		return nil, errAccessDenied("Query-string authentication requires the Signature, Expires and AWSAccessKeyId parameters")
+	}
+	if e := refuseStreamingV2(h); e != nil {
+		return nil, e
 	}
 	secs, err := strconv.ParseInt(expires, 10, 64)
 	if err != nil || secs < 0 {

@@ -211,6 +211,8 @@ func TestV2HeaderRefusals(t *testing.T) {
 	}
 	// An amz header added after signing.
 	wantCode(t, verifyErr(v, vec.request(good).set("x-amz-acl", "public-read")), CodeSignatureDoesNotMatch)
+	// An aws-chunked body cannot be V2-signed.
+	wantCode(t, verifyErr(v, vec.request(good).set("x-amz-content-sha256", "STREAMING-UNSIGNED-PAYLOAD-TRAILER")), CodeInvalidRequest)
 	// Two mechanisms.
 	both := vec.request(good)
 	both.RawQuery = "AWSAccessKeyId=" + exampleAKID + "&Expires=1&Signature=x"
