@@ -24,7 +24,13 @@ import (
 // plus extra lines for the s3 section.
 func awsCLIv1Config(t *testing.T, ep stack.Endpoint, s3Extra string) *tool {
 	t.Helper()
-	c := awsCLI(t, &clientFixture{ep: ep}, 1)
+	return awsCLIv1Fixture(t, &clientFixture{ep: ep}, s3Extra)
+}
+
+func awsCLIv1Fixture(t *testing.T, fx *clientFixture, s3Extra string) *tool {
+	t.Helper()
+	ep := fx.ep
+	c := awsCLI(t, fx, 1)
 	cfg := filepath.Join(t.TempDir(), "aws-config")
 	if err := os.WriteFile(cfg, []byte("[default]\nregion = "+ep.Region+"\ns3 =\n  addressing_style = path\n"+s3Extra), 0o600); err != nil {
 		t.Fatal(err)
