@@ -214,15 +214,15 @@ func (s *Server) answerPreflight(ctx *fasthttp.RequestCtx, r *request) *apiError
 	if bucket != "" && !validBucketName(bucket) {
 		return errInvalidBucketName
 	}
-	origin := string(h.Peek("Origin"))
+	origin := headerFold(h, "Origin")
 	if origin == "" {
 		return errCORSNoOrigin
 	}
-	method := string(h.Peek("Access-Control-Request-Method"))
+	method := headerFold(h, "Access-Control-Request-Method")
 	if !corsMethods[method] {
 		return newAPIError("BadRequest", 400, "Invalid Access-Control-Request-Method: "+method)
 	}
-	requested := requestedHeaders(string(h.Peek("Access-Control-Request-Headers")))
+	requested := requestedHeaders(headerFold(h, "Access-Control-Request-Headers"))
 	cfg, err := s.cors.get(ctx, bucket)
 	if err != nil {
 		s.deps.Log.Warn("reading a bucket's CORS configuration from the store", "request_id", r.id, "bucket", bucket, "err", err)
@@ -255,8 +255,8 @@ func requestedHeaders(v string) []string {
 // a browser shows a page nothing of an answer without them, not even why it
 // failed. It runs after the answer's head is made and before it is sent.
 func (s *Server) corsActual(ctx *fasthttp.RequestCtx, r *request) {
-	origin := ctx.Request.Header.Peek("Origin")
-	if len(origin) == 0 {
+	origin := headerFold(&ctx.Request.Header, "Origin")
+	if origin == "" {
 		return
 	}
 	h := &ctx.Response.Header
@@ -270,8 +270,8 @@ func (s *Server) corsActual(ctx *fasthttp.RequestCtx, r *request) {
 		s.deps.Log.Warn("reading a bucket's CORS configuration from the store", "bucket", bucket, "err", err)
 		return
 	}
-	if rule := cfg.match(string(origin), methodName(ctx.Method()), nil); rule != nil {
-		rule.setHeaders(h, string(origin), nil)
+	if rule := cfg.match(origin, methodName(ctx.Method()), nil); rule != nil {
+		rule.setHeaders(h, origin, nil)
 	}
 }
 

@@ -32,7 +32,7 @@ func (s *Server) handle(ctx *fasthttp.RequestCtx) {
 		return
 	}
 	r, _ := ctx.UserValue(requestStateKey).(*request)
-	if len(ctx.Request.Header.Peek("Origin")) > 0 {
+	if headerFold(&ctx.Request.Header, "Origin") != "" {
 		// Last of the deferred calls: the answer's head is whole, not sent yet.
 		defer func() { s.corsActual(ctx, r) }()
 	}

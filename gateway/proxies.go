@@ -81,17 +81,17 @@ type forwarded struct {
 // forwardedFrom reads a trusted proxy's headers.
 func forwardedFrom(h *fasthttp.RequestHeader) forwarded {
 	var f forwarded
-	if v := h.Peek("Forwarded"); len(v) > 0 {
-		f = parseForwarded(lastListValue(string(v)))
+	if v := headerFold(h, "Forwarded"); v != "" {
+		f = parseForwarded(lastListValue(v))
 	}
 	if f.host == "" {
-		f.host = lastListValue(string(h.Peek("X-Forwarded-Host")))
+		f.host = lastListValue(headerFold(h, "X-Forwarded-Host"))
 	}
 	if f.proto == "" {
-		f.proto = strings.ToLower(lastListValue(string(h.Peek("X-Forwarded-Proto"))))
+		f.proto = strings.ToLower(lastListValue(headerFold(h, "X-Forwarded-Proto")))
 	}
 	if f.client == "" {
-		f.client = lastListValue(string(h.Peek("X-Forwarded-For")))
+		f.client = lastListValue(headerFold(h, "X-Forwarded-For"))
 	}
 	if !validForwardedHost(f.host) {
 		f.host = ""

@@ -44,13 +44,52 @@ func TestForwardedFrom(t *testing.T) {
 		{map[string]string{"Forwarded": "for=192.0.2.43", "X-Forwarded-Host": "s3.example"},
 			forwarded{"s3.example", "", "192.0.2.43"}},
 		{map[string]string{"X-Forwarded-Host": "bad host/\r", "X-Forwarded-Proto": "gopher"}, forwarded{}},
+		// Names as HAProxy and HTTP/2 proxies send them: lower case.
+		{map[string]string{"x-forwarded-host": "s3.example", "x-forwarded-proto": "https", "x-forwarded-for": "203.0.113.9"},
+			forwarded{"s3.example", "https", "203.0.113.9"}},
+		{map[string]string{"forwarded": "host=s3.example"}, forwarded{host: "s3.example"}},
 	} {
 		var h fasthttp.RequestHeader
+		h.DisableNormalizing() // as the server keeps them
 		for k, v := range tc.headers {
 			h.Set(k, v)
 		}
 		if got := forwardedFrom(&h); got != tc.want {
 			t.Errorf("%v: %+v, want %+v", tc.headers, got, tc.want)
 		}
+	}
+}
+
+func TestHeaderFold(t *testing.T) {
+	var h fasthttp.RequestHeader
+	h.DisableNormalizing()
+	h.Add("origin", "http://a.example")
+	h.Add("X-Forwarded-For", "1.1.1.1")
+	h.Add("x-forwarded-for", "2.2.2.2")
+	if got := headerFold(&h, "Origin"); got != "http://a.example" {
+		t.Errorf("Origin: %q", got)
+	}
+	if got := headerFold(&h, "X-Forwarded-For"); got != "1.1.1.1,2.2.2.2" {
+		t.Errorf("X-Forwarded-For: %q", got)
+	}
+	if got := headerFold(&h, "Originx"); got != "" {
+		t.Errorf("Originx: %q", got)
+	}
+}
+
+func TestCanonicalExpect(t *testing.T) {
+	var req fasthttp.Request
+	req.Header.DisableNormalizing()
+	req.Header.SetMethod("PUT")
+	req.Header.Set("expect", "100-continue")
+	if req.MayContinue() {
+		t.Fatal("fasthttp found a lower-case expect: the rename is not needed")
+	}
+	canonicalExpect(&req.Header)
+	if !req.MayContinue() {
+		t.Fatalf("after the rename fasthttp does not see 100-continue:\n%s", req.Header.String())
+	}
+	if n := len(req.Header.PeekAll("expect")); n != 0 {
+		t.Errorf("the lower-case header is still there (%d)", n)
 	}
 }

@@ -272,7 +272,8 @@ func New(ctx context.Context, cfg Config, deps Deps) (*Server, error) {
 		// timeout for the body bytes fasthttp reads before the handler; the
 		// handler's own body reads set theirs per read (bodyGuard).
 		ReadTimeout: cfg.HeaderTimeout,
-		HeaderReceived: func(*fasthttp.RequestHeader) fasthttp.RequestConfig {
+		HeaderReceived: func(h *fasthttp.RequestHeader) fasthttp.RequestConfig {
+			canonicalExpect(h)
 			return fasthttp.RequestConfig{ReadTimeout: cfg.BodyStallTimeout}
 		},
 		IdleTimeout:     cfg.IdleTimeout,
