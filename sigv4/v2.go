@@ -50,6 +50,12 @@ const (
 // line: the Date header's value (empty when x-amz-date is sent, which is
 // then among the amz headers), or a presigned URL's Expires.
 func StringToSignV2(r *Request, dateOrExpires string) string {
+	return stringToSignV2(r, dateOrExpires, false)
+}
+
+// stringToSignV2 is StringToSignV2; bucketSlash ends a path-style bucket's
+// resource with '/' ("/bucket/"), as botocore signs bucket operations.
+func stringToSignV2(r *Request, dateOrExpires string, bucketSlash bool) string {
 	var b strings.Builder
 	b.Grow(128 + len(r.RawPath) + len(r.RawQuery))
 	b.WriteString(r.Method)
@@ -61,7 +67,7 @@ func StringToSignV2(r *Request, dateOrExpires string) string {
 	b.WriteString(dateOrExpires)
 	b.WriteByte('\n')
 	writeAmzHeadersV2(&b, r.Headers)
-	writeResourceV2(&b, r)
+	writeResourceV2(&b, r, bucketSlash)
 	return b.String()
 }
 
@@ -111,12 +117,15 @@ func writeAmzHeadersV2(b *strings.Builder, hs []HeaderField) {
 // writeResourceV2 writes the canonical resource: "/bucket" for a
 // virtual-hosted request, the path as sent, and the sub-resources of the
 // query sorted by name with their decoded values.
-func writeResourceV2(b *strings.Builder, r *Request) {
+func writeResourceV2(b *strings.Builder, r *Request, bucketSlash bool) {
 	if r.VirtualBucket != "" {
 		b.WriteByte('/')
 		b.WriteString(r.VirtualBucket)
 	}
 	b.WriteString(r.RawPath)
+	if bucketSlash {
+		b.WriteByte('/')
+	}
 	type kv struct {
 		k, v string
 		hasV bool
@@ -156,24 +165,40 @@ func SignV2(secret, stringToSign string) string {
 	return base64.StdEncoding.EncodeToString(m.Sum(nil))
 }
 
+// pathStyleBucket: the request addresses a bucket path-style, "/bucket"
+// without a trailing '/'.
+func pathStyleBucket(r *Request) bool {
+	return r.VirtualBucket == "" && len(r.RawPath) > 1 && r.RawPath[0] == '/' && strings.IndexByte(r.RawPath[1:], '/') < 0
+}
+
 // checkSignatureV2 compares the provided base64 signature with the one
-// computed for stringToSign, in constant time.
-func (v *Verifier) checkSignatureV2(akid, provided, stringToSign string) error {
+// computed for the request, in constant time. A path-style bucket's
+// resource may be signed as "/bucket" or "/bucket/": S3 takes both, and
+// botocore signs its bucket operations with the '/'.
+func (v *Verifier) checkSignatureV2(r *Request, akid, provided, date string) error {
 	secret, e := v.secret(akid)
 	if e != nil {
 		return e
 	}
-	m := hmac.New(sha1.New, []byte(secret))
-	m.Write([]byte(stringToSign))
 	got, err := base64.StdEncoding.DecodeString(provided)
-	if err != nil || subtle.ConstantTimeCompare(m.Sum(nil), got) != 1 {
-		return newErr(CodeSignatureDoesNotMatch, http.StatusForbidden,
-			"The request signature we calculated does not match the signature you provided. Check your key and signing method.",
-			Field{"AWSAccessKeyId", akid},
-			Field{"StringToSign", stringToSign},
-			Field{"SignatureProvided", provided})
+	sts := stringToSignV2(r, date, false)
+	if err == nil && equalHMACSHA1(secret, sts, got) {
+		return nil
 	}
-	return nil
+	if err == nil && pathStyleBucket(r) && equalHMACSHA1(secret, stringToSignV2(r, date, true), got) {
+		return nil
+	}
+	return newErr(CodeSignatureDoesNotMatch, http.StatusForbidden,
+		"The request signature we calculated does not match the signature you provided. Check your key and signing method.",
+		Field{"AWSAccessKeyId", akid},
+		Field{"StringToSign", sts},
+		Field{"SignatureProvided", provided})
+}
+
+func equalHMACSHA1(secret, sts string, got []byte) bool {
+	m := hmac.New(sha1.New, []byte(secret))
+	m.Write([]byte(sts))
+	return subtle.ConstantTimeCompare(m.Sum(nil), got) == 1
 }
 
 // msgV2Disabled answers a V2 request when the operator turned V2 off.
@@ -209,14 +234,16 @@ func (v *Verifier) verifyHeaderV2(r *Request, h *headerScan) (*Auth, error) {
 	default:
 		return nil, errAccessDenied("AWS authentication requires a valid Date or x-amz-date header")
 	}
-	if err != nil {
+	if err != nil || t.Before(time.Unix(0, 0)) {
+		// A date before the epoch is no valid date to S3: AccessDenied, not
+		// RequestTimeTooSkewed (ceph/s3-tests' *_bad_date_before_epoch_aws2).
 		return nil, errAccessDenied("AWS authentication requires a valid Date or x-amz-date header")
 	}
 	now := v.now()
 	if d := now.Sub(t); d > v.maxSkew() || d < -v.maxSkew() {
 		return nil, errSkewed(sent, now, v.maxSkew())
 	}
-	if err := v.checkSignatureV2(akid, sig, StringToSignV2(r, dateLine)); err != nil {
+	if err := v.checkSignatureV2(r, akid, sig, dateLine); err != nil {
 		return nil, err
 	}
 	return newAuth(Auth{AccessKeyID: akid, SignatureV2: true, Payload: PayloadUnsigned, Time: t}, h)
@@ -281,7 +308,7 @@ func (v *Verifier) verifyPresignedV2(r *Request, h *headerScan) (*Auth, error) {
 			Field{"Expires", end.UTC().Format(time.RFC3339)},
 			Field{"ServerTime", now.UTC().Format(time.RFC3339)})
 	}
-	if err := v.checkSignatureV2(akid, sig, StringToSignV2(r, expires)); err != nil {
+	if err := v.checkSignatureV2(r, akid, sig, expires); err != nil {
 		return nil, err
 	}
 	return newAuth(Auth{AccessKeyID: akid, SignatureV2: true, Presigned: true, Payload: PayloadUnsigned, Time: now}, h)

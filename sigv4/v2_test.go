@@ -1,6 +1,7 @@
 package sigv4
 
 import (
+	"net/http"
 	"net/url"
 	"strconv"
 	"strings"
@@ -190,6 +191,29 @@ func TestV2Presigned(t *testing.T) {
 	wantCode(t, verifyErr(off, hdr.request("AWS "+exampleAKID+":"+hdr.wantSignature)), CodeNotImplemented)
 }
 
+// botocore signs a path-style bucket operation's resource as "/bucket/"
+// while it sends "/bucket"; both are the bucket. An object's path gets no
+// such allowance.
+func TestV2BucketResourceSlash(t *testing.T) {
+	now := time.Date(2026, 12, 2, 12, 0, 0, 0, time.UTC)
+	v := testVerifier(now)
+	date := now.Format(http.TimeFormat)
+	for _, tc := range []struct {
+		sent, signed string
+		ok           bool
+	}{{"/bucket", "/bucket/", true}, {"/bucket", "/bucket", true}, {"/bucket/", "/bucket/", true},
+		{"/bucket/key", "/bucket/key/", false}, {"/bucket/", "/bucket", false}} {
+		signedReq := &Request{Method: "PUT", Host: "h", RawPath: tc.signed, Headers: []HeaderField{{"Host", "h"}, {"Date", date}}}
+		sig := SignV2(exampleSecret, StringToSignV2(signedReq, date))
+		r := &Request{Method: "PUT", Host: "h", RawPath: tc.sent,
+			Headers: []HeaderField{{"Host", "h"}, {"Date", date}, {"Authorization", "AWS " + exampleAKID + ":" + sig}}}
+		_, err := v.Verify(r)
+		if (err == nil) != tc.ok {
+			t.Errorf("sent %s, signed %s: %v, want ok %v", tc.sent, tc.signed, err, tc.ok)
+		}
+	}
+}
+
 func verifyErr(v *Verifier, r *Request) error {
 	_, err := v.Verify(r)
 	return err
@@ -211,6 +235,8 @@ func TestV2HeaderRefusals(t *testing.T) {
 	}
 	// An amz header added after signing.
 	wantCode(t, verifyErr(v, vec.request(good).set("x-amz-acl", "public-read")), CodeSignatureDoesNotMatch)
+	// A date before the epoch is no date.
+	wantCode(t, verifyErr(v, vec.request(good).set("x-amz-date", "Tue, 07 Jul 1950 21:53:04 GMT")), CodeAccessDenied)
 	// An aws-chunked body cannot be V2-signed.
 	wantCode(t, verifyErr(v, vec.request(good).set("x-amz-content-sha256", "STREAMING-UNSIGNED-PAYLOAD-TRAILER")), CodeInvalidRequest)
 	// Two mechanisms.
