@@ -38,6 +38,9 @@ type request struct {
 	// anonymousRead: a read without credentials, sent to the store unsigned
 	// so that the store's own ACLs and policies decide (anonymous.go).
 	anonymousRead bool
+	// client is the client's address as a trusted proxy gave it ("" when
+	// the connection's peer is the client).
+	client string
 
 	// The parts of the request that live as long as it does, allocated with
 	// it: the header view hdr points to, and what the signature check reads.
@@ -93,9 +96,11 @@ func (s *Server) admit(ctx *fasthttp.RequestCtx) (*request, *apiError) {
 	}
 	// Every string kept from the request line and the headers is cut from one
 	// copy of their bytes (headers.go).
+	signedHost, fwd := s.clientView(ctx) // the Host the client signed, through a trusted proxy (proxies.go)
+	r.client = fwd.client
 	var a stringArena
-	a.grow(len(h.Host()) + len(uri.PathOriginal()) + len(uri.QueryString()) + headerBytes(h, ctx.QueryArgs()))
-	host, rawPath := a.add(h.Host()), a.add(uri.PathOriginal())
+	a.grow(len(signedHost) + len(uri.PathOriginal()) + len(uri.QueryString()) + headerBytes(h, ctx.QueryArgs()))
+	host, rawPath := a.add(signedHost), a.add(uri.PathOriginal())
 	bucket, key, ok := route(host, rawPath, s.cfg.Domains)
 	if !ok {
 		return r, errInvalidURI
@@ -122,6 +127,9 @@ func (s *Server) admit(ctx *fasthttp.RequestCtx) (*request, *apiError) {
 
 	sreq := &r.signed
 	*sreq = sigv4.Request{Method: method, Host: host, RawPath: rawPath, RawQuery: a.add(uri.QueryString()), Headers: hdr.raw}
+	if len(s.cfg.Domains) > 0 {
+		sreq.VirtualBucket = virtualHostBucket(stripPort(host), s.cfg.Domains)
+	}
 	if h.ContentLength() == -1 && !h.IsGet() && !h.IsHead() {
 		// fasthttp keeps Transfer-Encoding out of its header list; sigv4 needs it
 		// to know the body's length is not declared.

@@ -34,8 +34,8 @@ var presignParams = map[string]bool{
 // forwardQuery is the client's query string as sent, less its x-amz-*
 // parameters: a presigned URL's signature, and headers hoisted into the query,
 // which travel as headers (headers.go).
-func forwardQuery(raw []byte) string {
-	if !bytes.Contains(bytes.ToLower(raw), []byte("amz")) {
+func forwardQuery(raw []byte, presignedV2 bool) string {
+	if !presignedV2 && !bytes.Contains(bytes.ToLower(raw), []byte("amz")) {
 		return string(raw)
 	}
 	var out []byte
@@ -43,6 +43,10 @@ func forwardQuery(raw []byte) string {
 		name, _, _ := bytes.Cut(part, []byte{'='})
 		dec, err := url.QueryUnescape(string(name))
 		if err != nil || strings.HasPrefix(strings.ToLower(dec), "x-amz-") {
+			continue
+		}
+		if presignedV2 && (dec == "AWSAccessKeyId" || dec == "Signature" || dec == "Expires") {
+			// A SigV2 URL's credentials, which fencegate's own V4 signature replaces.
 			continue
 		}
 		if len(out) > 0 {
@@ -197,7 +201,7 @@ func (s *Server) buildUpstream(ctx *fasthttp.RequestCtx, r *request) (*upstream,
 	uctx, cancel := context.WithCancel(context.Background())
 	r.cancelUpstream = cancel
 	s.inflight.setCancel(r.inflightID, cancel)
-	query := forwardQuery(ctx.Request.URI().QueryString())
+	query := forwardQuery(ctx.Request.URI().QueryString(), r.auth != nil && r.auth.Presigned && r.auth.SignatureV2)
 	req, err := s.store.NewRequest(uctx, string(ctx.Method()), r.op.Level, r.bucket, r.key, query)
 	if err != nil {
 		cancel()

@@ -12,9 +12,13 @@ import (
 // refused one gets its S3 error instead (not a bare 417) and its connection
 // closed, its body never read.
 func (s *Server) expect(ctx *fasthttp.RequestCtx) int {
+	if ctx.IsOptions() {
+		return fasthttp.StatusContinue // a preflight, answered by handle
+	}
 	r, e := s.admit(ctx)
 	if e != nil {
 		s.refuse(ctx, r, withClose(e))
+		s.corsActual(ctx, r)
 		return e.Status
 	}
 	ctx.SetUserValue(requestStateKey, r)
@@ -23,7 +27,15 @@ func (s *Server) expect(ctx *fasthttp.RequestCtx) int {
 
 // handle serves every S3 request.
 func (s *Server) handle(ctx *fasthttp.RequestCtx) {
+	if ctx.IsOptions() {
+		s.preflight(ctx) // a browser's CORS preflight: unsigned, never forwarded (cors.go)
+		return
+	}
 	r, _ := ctx.UserValue(requestStateKey).(*request)
+	if headerFold(&ctx.Request.Header, "Origin") != "" {
+		// Last of the deferred calls: the answer's head is whole, not sent yet.
+		defer func() { s.corsActual(ctx, r) }()
+	}
 	if r == nil {
 		var e *apiError
 		if r, e = s.admit(ctx); e != nil {
@@ -94,13 +106,16 @@ func (s *Server) finish(ctx *fasthttp.RequestCtx, r *request, e *apiError) {
 	if !log.Enabled(ctx, slog.LevelInfo) {
 		return
 	}
-	var room [12]slog.Attr // on the stack: a Record copies them
+	var room [13]slog.Attr // on the stack: a Record copies them
 	attrs := append(room[:0],
 		slog.String("request_id", r.id), slog.String("op", op), slog.String("method", methodName(ctx.Method())),
 		slog.String("bucket", r.bucket), slog.String("key", r.key), slog.Int("status", status),
 		slog.Int64("bytes_in", r.bytesIn), slog.Int64("bytes_out", out),
 		slog.Float64("ms", float64(elapsed.Microseconds())/1000), slog.String("remote", ctx.RemoteAddr().String()),
 	)
+	if r.client != "" {
+		attrs = append(attrs, slog.String("client", r.client))
+	}
 	if r.auth != nil {
 		attrs = append(attrs, slog.String("access_key", r.auth.AccessKeyID))
 	}

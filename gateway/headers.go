@@ -200,3 +200,40 @@ func (v *headerView) grantsAccess() bool {
 	}
 	return false
 }
+
+// headerFold is every value of the header name, matched in any letter case
+// (the server keeps names as sent: HTTP/2-speaking proxies send them in lower
+// case), joined by ",".
+func headerFold(h *fasthttp.RequestHeader, name string) string {
+	var out string
+	for k, v := range h.All() {
+		if len(k) == len(name) && hasPrefixFold(k, name) {
+			if out != "" {
+				out += ","
+			}
+			out += string(v)
+		}
+	}
+	return out
+}
+
+// canonicalExpect renames an Expect header sent in another letter case
+// ("expect", as HAProxy and HTTP/2-speaking proxies send it) to "Expect":
+// with the names kept as sent, fasthttp looks for 100-continue under that
+// spelling only, and would otherwise neither run the ExpectHandler nor
+// answer 100 Continue, leaving a client that waits for it (through
+// HAProxy: for ever) without an answer until the body stall timeout.
+func canonicalExpect(h *fasthttp.RequestHeader) {
+	var name, value []byte
+	for k, v := range h.All() {
+		if len(k) == len("expect") && hasPrefixFold(k, "expect") && string(k) != "Expect" {
+			name, value = append([]byte(nil), k...), append([]byte(nil), v...)
+			break
+		}
+	}
+	if name == nil {
+		return
+	}
+	h.DelBytes(name)
+	h.SetBytesV("Expect", value)
+}

@@ -142,6 +142,12 @@ func buildOpTable() map[opKey]Op {
 		add(P, bucket, sub.q, false, passThrough("Put"+sub.name, PermAdmin, BodySmall))
 		add(D, bucket, sub.q, false, passThrough("Delete"+sub.name, PermAdmin, BodyNone))
 	}
+	// A changed CORS configuration is read again at once (cors.go).
+	for _, m := range []string{P, D} {
+		o := t[opKey{m, bucket, "cors", false}]
+		o.run = (*Server).changeCORS
+		t[opKey{m, bucket, "cors", false}] = o
+	}
 	add(G, bucket, "policyStatus", false, passThrough("GetBucketPolicyStatus", PermRead, BodyNone))
 
 	// Object. The keyed writes run the write protocol (write.go).

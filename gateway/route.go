@@ -17,10 +17,8 @@ func route(host, rawPath string, domains []string) (bucket, key string, ok bool)
 		return "", "", false
 	}
 	path = strings.TrimPrefix(path, "/")
-	for _, d := range domains {
-		if len(h) > len(d)+1 && strings.HasSuffix(h, d) && h[len(h)-len(d)-1] == '.' {
-			return h[:len(h)-len(d)-1], path, true
-		}
+	if b := virtualHostBucket(h, domains); b != "" {
+		return b, path, true
 	}
 	bucket, key, _ = strings.Cut(path, "/")
 	if bucket == "" && key != "" {
@@ -29,6 +27,17 @@ func route(host, rawPath string, domains []string) (bucket, key string, ok bool)
 		return "", "", false
 	}
 	return bucket, key, true
+}
+
+// virtualHostBucket is the bucket a host name (without its port) names
+// under one of domains, or "".
+func virtualHostBucket(h string, domains []string) string {
+	for _, d := range domains {
+		if len(h) > len(d)+1 && strings.HasSuffix(h, d) && h[len(h)-len(d)-1] == '.' {
+			return h[:len(h)-len(d)-1]
+		}
+	}
+	return ""
 }
 
 func stripPort(host string) string {

@@ -80,6 +80,21 @@ type Config struct {
 	// credentials at the store. Elsewhere an anonymous write is AccessDenied;
 	// anonymous reads are forwarded unsigned everywhere (admit.go).
 	AnonymousWriteBuckets []string
+
+	// CORSAllowOrigins is the gateway-wide CORS rule (cors.go) for buckets
+	// without a CORS configuration of their own: these origins may use every
+	// method with any header. Empty: none.
+	CORSAllowOrigins []string
+	// CORSCacheTTL is how long a bucket's CORS configuration read from the
+	// store is used (default 10 s).
+	CORSCacheTTL time.Duration
+	// DisableSigV2 refuses AWS Signature Version 2 requests (header and
+	// presigned URL) with NotImplemented; V4 only.
+	DisableSigV2 bool
+	// TrustedProxies are the addresses and CIDRs (proxies.go) whose
+	// Forwarded and X-Forwarded-* headers give the client's Host, scheme
+	// and address; from anywhere else those headers are ignored.
+	TrustedProxies []string
 }
 
 func (c *Config) applyDefaults() {
@@ -97,6 +112,9 @@ func (c *Config) applyDefaults() {
 	}
 	if c.BodyStallTimeout == 0 {
 		c.BodyStallTimeout = 20 * time.Second
+	}
+	if c.CORSCacheTTL <= 0 {
+		c.CORSCacheTTL = corsCacheTTL
 	}
 	if c.KeyPollInterval == 0 {
 		c.KeyPollInterval = 2 * time.Second
@@ -163,6 +181,8 @@ type Server struct {
 	conns           *connLimiter
 	bodies          *bodyBudget
 	spool           *spool
+	cors            *corsCache
+	proxies         trustedProxies
 	wg              sync.WaitGroup
 	errc            chan error
 }
@@ -180,6 +200,11 @@ func New(ctx context.Context, cfg Config, deps Deps) (*Server, error) {
 		}
 	}
 	s := &Server{cfg: cfg, deps: deps, metrics: newMetrics(), errc: make(chan error, 2)}
+	proxies, err := parseTrustedProxies(cfg.TrustedProxies)
+	if err != nil {
+		return nil, err
+	}
+	s.proxies = proxies
 	s.bodies = newBodyBudget(cfg.BodyMemory, cfg.BodyMemoryWait, s.metrics)
 	s.spool = newSpool(&cfg, s.metrics)
 	keys, err := newKeyCache(ctx, deps.Keys, deps.Log)
@@ -187,11 +212,13 @@ func New(ctx context.Context, cfg Config, deps Deps) (*Server, error) {
 		return nil, fmt.Errorf("load access keys: %w", err)
 	}
 	s.keys = keys
-	s.verifier = &sigv4.Verifier{Secrets: keys, Region: cfg.Region}
+	s.verifier = &sigv4.Verifier{Secrets: keys, Region: cfg.Region, DisableV2: cfg.DisableSigV2}
 	if s.store, err = store.New(cfg.Store); err != nil {
 		return nil, fmt.Errorf("backend: %w", err)
 	}
 	s.settler = LeaseStore(s.store)
+	s.cors = &corsCache{ttl: cfg.CORSCacheTTL, fallback: defaultCORS(cfg.CORSAllowOrigins),
+		fetch: s.store.BucketCORS, now: time.Now, entries: map[string]*corsEntry{}}
 	s.deps.Readiness = append(s.deps.Readiness, Check{Name: "store", Run: s.store.Ping})
 	if deps.Leases == nil || deps.Tracker == nil {
 		return nil, errors.New("the gateway needs the write protocol: Deps.Leases and Deps.Tracker")
@@ -245,7 +272,8 @@ func New(ctx context.Context, cfg Config, deps Deps) (*Server, error) {
 		// timeout for the body bytes fasthttp reads before the handler; the
 		// handler's own body reads set theirs per read (bodyGuard).
 		ReadTimeout: cfg.HeaderTimeout,
-		HeaderReceived: func(*fasthttp.RequestHeader) fasthttp.RequestConfig {
+		HeaderReceived: func(h *fasthttp.RequestHeader) fasthttp.RequestConfig {
+			canonicalExpect(h)
 			return fasthttp.RequestConfig{ReadTimeout: cfg.BodyStallTimeout}
 		},
 		IdleTimeout:     cfg.IdleTimeout,

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs what a fresh machine lacks for `make run` (PostgreSQL's server
 # binaries) and, with --clients, for `make test` (the unmodified S3 clients the
-# conformance suite drives: Debian's aws cli v2, rclone and s3cmd, and
+# conformance suite drives: Debian's aws cli v2, rclone and s3cmd, HAProxy, chromium, and
 # @aws-sdk/client-s3 for Node). Quiet when everything is there.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -26,6 +26,10 @@ if [ "${1:-}" = --clients ]; then
 	[ -x /usr/bin/aws ] || pkgs+=(awscli)
 	command -v rclone >/dev/null || pkgs+=(rclone)
 	command -v s3cmd >/dev/null || pkgs+=(s3cmd)
+	# HAProxy terminates TLS in front of a gateway in TestBehindHAProxy.
+	command -v haproxy >/dev/null || pkgs+=(haproxy)
+	# Debian's chromium, driven by chromedp in TestBrowserUploads.
+	command -v chromium >/dev/null || pkgs+=(chromium)
 	if [ ${#pkgs[@]} -gt 0 ]; then
 		echo "ensure-deps: installing ${pkgs[*]}"
 		apt_install "${pkgs[@]}"

@@ -15,6 +15,9 @@ import (
 type Auth struct {
 	AccessKeyID string
 	Presigned   bool
+	// SignatureV2: signed with AWS Signature Version 2 (v2.go); a presigned
+	// URL's AWSAccessKeyId, Signature and Expires are its credentials.
+	SignatureV2 bool
 	Payload     PayloadMode // from x-amz-content-sha256 (presigned: UNSIGNED-PAYLOAD)
 	Region      string      // region of the credential scope
 	Time        time.Time   // the signed request time

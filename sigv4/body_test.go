@@ -281,8 +281,9 @@ func TestNoAuthAndUnsupported(t *testing.T) {
 	for _, tc := range []struct {
 		auth, query, code string
 	}{
-		{"AWS AKIAIOSFODNN7EXAMPLE:frJIUN8DYpKDtOLCwo//yllqDzg=", "", CodeNotImplemented},
-		{"", "AWSAccessKeyId=AKID&Expires=1&Signature=x", CodeNotImplemented},
+		// SigV2 (v2.go): a signature over another request, an expired URL.
+		{"AWS AKIAIOSFODNN7EXAMPLE:frJIUN8DYpKDtOLCwo//yllqDzg=", "", CodeSignatureDoesNotMatch},
+		{"", "AWSAccessKeyId=AKID&Expires=1&Signature=x", CodeAccessDenied},
 		{"AWS4-ECDSA-P256-SHA256 Credential=AKID/20260301/s3/aws4_request, SignedHeaders=host, Signature=30", "", CodeNotImplemented},
 		{"", "X-Amz-Algorithm=AWS4-ECDSA-P256-SHA256&X-Amz-Credential=a", CodeNotImplemented},
 		{"Bearer xyz", "", CodeInvalidArgument},

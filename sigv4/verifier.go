@@ -24,6 +24,10 @@ type Request struct {
 	// assembled, not this request's payload (CompleteMultipartUpload), so it is
 	// not verified against the body.
 	ObjectChecksum bool
+	// VirtualBucket is the bucket the Host header names (virtual-hosted
+	// addressing), "" for a path-style request: a SigV2 canonical resource
+	// starts with it.
+	VirtualBucket string
 }
 
 // SecretStore finds the secret for an access key id. It returns
@@ -79,6 +83,9 @@ type Verifier struct {
 	Service string           // default "s3"
 	MaxSkew time.Duration    // default 15 min
 	Now     func() time.Time // default time.Now
+	// DisableV2 refuses AWS Signature Version 2 (header and presigned forms)
+	// with NotImplemented, for operators who want V4 only.
+	DisableV2 bool
 
 	keys keyCache
 }
@@ -125,11 +132,20 @@ func (v *Verifier) Verify(r *Request) (*Auth, error) {
 			return nil, errInvalidArgument("Only one auth mechanism allowed; only the X-Amz-Algorithm query parameter, Signature query string parameter or the Authorization header should be specified",
 				"Authorization", h.authorization)
 		}
+		if strings.HasPrefix(h.authorization, "AWS ") {
+			if v.DisableV2 {
+				return nil, errNotImplemented(msgV2Disabled)
+			}
+			return v.verifyHeaderV2(r, &h)
+		}
 		return v.verifyHeader(r, &h)
 	case presign == presignV4:
 		return v.verifyPresigned(r, &h)
 	case presign == presignV2:
-		return nil, errNotImplemented("AWS Signature Version 2 (AWSAccessKeyId query parameter) is not supported; sign requests with AWS Signature Version 4.")
+		if v.DisableV2 {
+			return nil, errNotImplemented(msgV2Disabled)
+		}
+		return v.verifyPresignedV2(r, &h)
 	}
 	e := errAccessDenied("Access Denied")
 	e.cause = ErrNoCredentials

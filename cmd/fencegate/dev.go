@@ -182,6 +182,7 @@ func devRun(ctx context.Context, args []string) error {
 			SessionHeartbeat: 2 * time.Second, SessionTimeout: 10 * time.Second, SessionMargin: 2 * time.Second,
 			WaitPoll: lease.DefaultWaitPoll, WaitPollListening: lease.DefaultWaitPollListening},
 		LeaseListen: true,
+		SigV2:       true, // --sigv2's default: a zero here would turn V2 off
 		Reconcile:   20 * time.Second,
 		Lifecycle:   defaultLifecycle(),
 	}

@@ -30,6 +30,9 @@ type serveConfig struct {
 	BackendRegion  string
 	Domains        string
 	AnonWrite      string
+	CORSOrigins    string
+	SigV2          bool
+	TrustedProxies string
 	LogLevel       string
 	Migrate        bool
 	DBMaxConns     int
@@ -65,6 +68,10 @@ func (c *serveConfig) define(f envFlags) {
 	f.String(&c.BackendRegion, "backend-region", "FENCEGATE_BACKEND_REGION", "us-east-1", "region the gateway signs for at the store")
 	f.String(&c.Domains, "domains", "FENCEGATE_DOMAINS", "", "comma-separated domains for virtual-host addressing (bucket.DOMAIN)")
 	f.String(&c.AnonWrite, "anonymous-write-buckets", "FENCEGATE_ANONYMOUS_WRITE_BUCKETS", "", "comma-separated buckets where requests without credentials may write (PutObject, DeleteObject(s), multipart), through the write protocol; elsewhere they are refused")
+	f.String(&c.CORSOrigins, "cors-allow-origins", "FENCEGATE_CORS_ALLOW_ORIGINS", "", "comma-separated origins (each may hold one '*') allowed every method and header by CORS on buckets without a CORS configuration of their own (empty: none)")
+	f.Duration(&c.CORSCacheTTL, "cors-cache-ttl", "FENCEGATE_CORS_CACHE_TTL", 10*time.Second, "how long a bucket's CORS configuration read from the store is used before it is read again")
+	f.Bool(&c.SigV2, "sigv2", "FENCEGATE_SIGV2", true, "accept AWS Signature Version 2 (Authorization: AWS key:signature, and presigned URLs with AWSAccessKeyId, Signature and Expires); false answers them NotImplemented")
+	f.String(&c.TrustedProxies, "trusted-proxies", "FENCEGATE_TRUSTED_PROXIES", "", "comma-separated addresses or CIDRs of reverse proxies whose Forwarded / X-Forwarded-Host, -Proto and -For headers give the Host the client signed, its scheme and its address; from any other address those headers are ignored")
 	f.Duration(&c.BodyStallTimeout, "body-stall-timeout", "FENCEGATE_BODY_STALL_TIMEOUT", 20*time.Second, "a request body that sends nothing for this long ends with RequestTimeout")
 	f.Duration(&c.HeaderTimeout, "header-timeout", "FENCEGATE_HEADER_TIMEOUT", 10*time.Second, "a connection must send a request's complete headers within this of its accept (of its first byte on a keep-alive connection), else it is closed")
 	f.Duration(&c.IdleTimeout, "idle-timeout", "FENCEGATE_IDLE_TIMEOUT", 2*time.Minute, "how long a keep-alive connection may wait for its next request")
@@ -208,6 +215,17 @@ func runServe(ctx context.Context, cfg serveConfig, started func(s3Addr, adminAd
 	for _, b := range strings.Split(cfg.AnonWrite, ",") {
 		if b = strings.TrimSpace(b); b != "" {
 			gcfg.AnonymousWriteBuckets = append(gcfg.AnonymousWriteBuckets, b)
+		}
+	}
+	for _, o := range strings.Split(cfg.CORSOrigins, ",") {
+		if o = strings.TrimSpace(o); o != "" {
+			gcfg.CORSAllowOrigins = append(gcfg.CORSAllowOrigins, o)
+		}
+	}
+	gcfg.DisableSigV2 = !cfg.SigV2
+	for _, p := range strings.Split(cfg.TrustedProxies, ",") {
+		if p = strings.TrimSpace(p); p != "" {
+			gcfg.TrustedProxies = append(gcfg.TrustedProxies, p)
 		}
 	}
 	leases, tracker := wiring.Protocol(pool, cfg.Lease)
