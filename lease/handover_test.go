@@ -143,10 +143,14 @@ func TestCommitHandsTheKeyToTheNextWriter(t *testing.T) {
 			acquires, handOvers, handed := db.n.Load(), db.handOvers.Load(), db.handed.Load()
 			wantAcquires, wantHanded := int64(2), int64(1) // the holder's, the waiter's refused one
 			if otherWaits {
-				wantAcquires, wantHanded = 3, 0 // and the waiter's own after the release
+				// And the waiter's own after the release: refused while its
+				// gateway yields the key to the other (lease.YieldFor), then
+				// granted.
+				wantAcquires, wantHanded = 3, 0
 			}
-			if acquires != wantAcquires || handOvers != 1 || handed != wantHanded {
-				t.Errorf("acquires %d, hand-over commits %d, handed %d; want %d, 1, %d", acquires, handOvers, handed, wantAcquires, wantHanded)
+			if acquires < wantAcquires || !otherWaits && acquires != wantAcquires || handOvers != 1 || handed != wantHanded {
+				t.Errorf("acquires %d, hand-over commits %d, handed %d; want %d (at least, when another gateway waits), 1, %d",
+					acquires, handOvers, handed, wantAcquires, wantHanded)
 			}
 			var holderID, state string
 			if err := c.Pool.QueryRow(ctx, `SELECT l.holder::text, a.state FROM leases l JOIN attempts a ON a.attempt_id = l.holder

@@ -71,6 +71,12 @@ BEGIN
         INSERT INTO attempts (attempt_id, bucket, key, op, state, gateway, declared_size, checksum, upload_attempt)
             VALUES (p_holder, p_bucket, p_key, p_op, 'leased', p_gateway, p_size, nullif(p_checksum, ''), p_upload_attempt)
             ON CONFLICT (attempt_id) DO NOTHING;
+        -- The id may be this holder's own attempt, recorded by the call whose
+        -- answer was lost; an id of another key's attempt is refused.
+        IF NOT FOUND AND NOT EXISTS (SELECT 1 FROM attempts
+                WHERE attempt_id = p_holder AND bucket = p_bucket AND key = p_key) THEN
+            RAISE EXCEPTION 'attempt % belongs to another key', p_holder USING ERRCODE = 'unique_violation';
+        END IF;
     END IF;
     acquired := true;
 END $$;

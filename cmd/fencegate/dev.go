@@ -180,7 +180,7 @@ func devRun(ctx context.Context, args []string) error {
 		LogLevel: logLevel, DBMaxConns: 32, DBQueryTimeout: 10 * time.Second, ProbeBucket: "fencegate-probe",
 		Lease: lease.Config{TTL: 60 * time.Second, RenewEvery: 20 * time.Second, Margin: 10 * time.Second, WaitMax: 10 * time.Second, WaitLimit: 60 * time.Second, DBTimeout: 5 * time.Second,
 			SessionHeartbeat: 2 * time.Second, SessionTimeout: 10 * time.Second, SessionMargin: 2 * time.Second,
-			WaitPoll: lease.DefaultWaitPoll, WaitPollListening: lease.DefaultWaitPollListening},
+			WaitPoll: lease.DefaultWaitPoll, WaitPollListening: lease.DefaultWaitPollListening, GuardHorizon: lease.DefaultGuardHorizon},
 		LeaseListen: true,
 		SigV2:       true, // --sigv2's default: a zero here would turn V2 off
 		Reconcile:   20 * time.Second,
