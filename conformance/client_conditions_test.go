@@ -1,0 +1,97 @@
+package conformance
+
+import (
+	"context"
+	"encoding/xml"
+	"strings"
+	"testing"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/s3"
+)
+
+// A client's own conditions hold at the store as the client wrote them, and
+// what fencegate records is what the store did (issue 27, item 7).
+
+// deleteResult is a DeleteObjects answer, by key.
+type deleteResult struct {
+	Deleted []struct{ Key string }       `xml:"Deleted"`
+	Errors  []struct{ Key, Code string } `xml:"Error"`
+}
+
+// outcomeOf is what a DeleteObjects answer says of key: "deleted", an error
+// code, or "" if it names the key nowhere.
+func (d deleteResult) outcomeOf(key string) string {
+	for _, e := range d.Deleted {
+		if e.Key == key {
+			return "deleted"
+		}
+	}
+	for _, e := range d.Errors {
+		if e.Key == key {
+			return e.Code
+		}
+	}
+	return ""
+}
+
+func deleteObjectsRaw(t *testing.T, g *testGateway, bucket, doc string) deleteResult {
+	t.Helper()
+	body := []byte(doc)
+	r, b := doRawBody(g.Endpoint, "POST", "/"+bucket+"/?delete", body, map[string]string{"Content-MD5": md5b64(body)})
+	if r.Status != 200 {
+		t.Fatalf("DeleteObjects: %+v", r)
+	}
+	var d deleteResult
+	if err := xml.Unmarshal(b, &d); err != nil {
+		t.Fatalf("DeleteObjects answer %q: %v", b, err)
+	}
+	return d
+}
+
+// storeETag is key's ETag at the store, "" if it is absent.
+func storeETag(t *testing.T, g *testGateway, bucket, key string) string {
+	t.Helper()
+	out, err := g.Store.S3Client().HeadObject(context.Background(), &s3.HeadObjectInput{Bucket: &bucket, Key: aws.String(key)})
+	if err != nil {
+		if strings.Contains(err.Error(), "NotFound") || strings.Contains(err.Error(), "NoSuchKey") {
+			return ""
+		}
+		t.Fatal(err)
+	}
+	return trimQuotes(aws.ToString(out.ETag))
+}
+
+// A DeleteObjects entry with <ETag> deletes the key only if the key is at
+// that ETag, as S3 conditions it (the entry's If-Match): otherwise the entry
+// is an <Error> PreconditionFailed and the key stays. The key's state is the
+// store's, not the catalog's: bytes written around the gateway after the
+// catalog's generation fail the condition too.
+func TestDeleteObjectsEntryETagCondition(t *testing.T) {
+	g := startGateway(t, gatewayOptions{})
+	bucket := "t-dobetag-" + randomSuffix()
+	createBucket(t, g.Endpoint, bucket)
+	for _, k := range []string{"wrong", "right", "around", "star"} {
+		putThrough(t, g, bucket, k, "bytes of "+k, 200)
+	}
+	catalogETag := storeETag(t, g, bucket, "around")
+	// Bytes written straight at the store: the catalog still says catalogETag.
+	putRaw(g.Store, bucket, "around", []byte("written around the gateway"), nil)
+	d := deleteObjectsRaw(t, g, bucket, `<Delete>`+
+		`<Object><Key>wrong</Key><ETag>"00000000000000000000000000000000"</ETag></Object>`+
+		`<Object><Key>right</Key><ETag>"`+storeETag(t, g, bucket, "right")+`"</ETag></Object>`+
+		`<Object><Key>around</Key><ETag>"`+catalogETag+`"</ETag></Object>`+
+		`<Object><Key>star</Key><ETag>*</ETag></Object>`+
+		`</Delete>`)
+	for key, want := range map[string]string{"wrong": "PreconditionFailed", "right": "deleted", "around": "PreconditionFailed", "star": "deleted"} {
+		if got := d.outcomeOf(key); got != want {
+			t.Errorf("entry %s: %q, want %q", key, got, want)
+		}
+	}
+	for key, present := range map[string]bool{"wrong": true, "right": false, "around": true, "star": false} {
+		if got := storeETag(t, g, bucket, key) != ""; got != present {
+			t.Errorf("after the DeleteObjects, %s present at the store: %v, want %v", key, got, present)
+		}
+	}
+	audit(t, g.Store, bucket, "wrong", "right", "around", "star")
+}
