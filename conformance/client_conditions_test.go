@@ -1,13 +1,18 @@
 package conformance
 
 import (
+	"bytes"
 	"context"
+	"crypto/md5"
+	"encoding/hex"
 	"encoding/xml"
 	"strings"
 	"testing"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
+
+	"github.com/fencegate/fencegate/internal/faultproxy"
 )
 
 // A client's own conditions hold at the store as the client wrote them, and
@@ -94,4 +99,80 @@ func TestDeleteObjectsEntryETagCondition(t *testing.T) {
 		}
 	}
 	audit(t, g.Store, bucket, "wrong", "right", "around", "star")
+}
+
+// catalogSize is the size the catalog records for key's live generation.
+func catalogSize(t *testing.T, bucket, key string) int64 {
+	t.Helper()
+	var n int64
+	if err := packageKeys(t).Pool.QueryRow(context.Background(),
+		`SELECT coalesce(size, -1) FROM catalog WHERE bucket = $1 AND key = $2 AND NOT deleted`, bucket, key).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// A copy whose x-amz-copy-source-if-match allows the version fencegate read
+// (a list naming it, or *) is pinned to that version: when the source changes
+// between fencegate's HEAD and the copy, the copy of other bytes never lands
+// under the size fencegate read. Either the copy is refused (and the
+// client's retry copies the source as it is then), or what landed is
+// recorded with its own size.
+func TestCopySourceConditionListPinsSource(t *testing.T) {
+	fp, fep := faultStore(t)
+	g := startGateway(t, gatewayOptions{Store: &fep})
+	for _, tc := range []struct{ name, cond string }{
+		{"list", `"00000000000000000000000000000000", "%s", "%s"`},
+		{"star", `*`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			bucket := "t-cpypin-" + randomSuffix()
+			createBucket(t, g.Endpoint, bucket)
+			first := []byte("the source fencegate reads")
+			later := []byte("the source as it is when the copy reaches the store: longer")
+			putThrough(t, g, bucket, "src", string(first), 200)
+			sum := md5.Sum(later)
+			cond := tc.cond
+			if strings.Contains(cond, "%s") {
+				cond = strings.Replace(cond, "%s", storeETag(t, g, bucket, "src"), 1)
+				cond = strings.Replace(cond, "%s", hex.EncodeToString(sum[:]), 1)
+			}
+			held := fp.Hold(faultproxy.MethodPath("PUT", "/"+bucket+"/dst"), 1)
+			res := make(chan rawResult, 1)
+			go func() {
+				res <- doRaw(g.Endpoint, "PUT", "/"+bucket+"/dst", nil, map[string]string{
+					"x-amz-copy-source": "/" + bucket + "/src", "x-amz-copy-source-if-match": cond})
+			}()
+			<-held.Arrived
+			putThrough(t, g, bucket, "src", string(later), 200)
+			held.Release()
+			r := <-res
+			t.Logf("the copy answered %+v", r)
+			if r.Status == 200 {
+				out, err := g.Store.S3Client().HeadObject(context.Background(), &s3.HeadObjectInput{Bucket: &bucket, Key: aws.String("dst")})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if got, want := catalogSize(t, bucket, "dst"), aws.ToInt64(out.ContentLength); got != want {
+					t.Errorf("the catalog records size %d for a copy of %d bytes", got, want)
+				}
+			} else if got := storeETag(t, g, bucket, "dst"); got != "" {
+				t.Errorf("the copy answered %+v, and the store holds %s at its destination", r, got)
+			}
+			audit(t, g.Store, bucket, "src", "dst")
+			// The client's retry copies the source as it is now.
+			if r.Status != 200 {
+				if r := doRaw(g.Endpoint, "PUT", "/"+bucket+"/dst", nil, map[string]string{
+					"x-amz-copy-source": "/" + bucket + "/src", "x-amz-copy-source-if-match": cond}); r.Status != 200 {
+					t.Fatalf("the retried copy: %+v", r)
+				}
+				if got := getBody(t, g.Store, bucket, "dst"); !bytes.Equal(got, later) {
+					t.Fatalf("the retried copy holds %q", got)
+				}
+				if got := catalogSize(t, bucket, "dst"); got != int64(len(later)) {
+					t.Errorf("the catalog records size %d for the retried copy of %d bytes", got, len(later))
+				}
+			}
+		})
+	}
 }
