@@ -8,6 +8,7 @@ import (
 	"encoding/xml"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
@@ -172,6 +173,100 @@ func TestCopySourceConditionListPinsSource(t *testing.T) {
 				if got := catalogSize(t, bucket, "dst"); got != int64(len(later)) {
 					t.Errorf("the catalog records size %d for the retried copy of %d bytes", got, len(later))
 				}
+			}
+		})
+	}
+}
+
+// newUploadOfOnePart creates a multipart upload of key through g with one
+// part, and returns a raw Complete of it through any gateway.
+func newUploadOfOnePart(t *testing.T, g *testGateway, bucket, key string) (complete func(g *testGateway) rawResult) {
+	t.Helper()
+	ctx := context.Background()
+	c := g.S3Client(func(o *s3.Options) { o.RetryMaxAttempts = 1 })
+	up, err := c.CreateMultipartUpload(ctx, &s3.CreateMultipartUploadInput{Bucket: &bucket, Key: aws.String(key)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	part, err := c.UploadPart(ctx, &s3.UploadPartInput{Bucket: &bucket, Key: aws.String(key), UploadId: up.UploadId,
+		PartNumber: aws.Int32(1), Body: bytes.NewReader([]byte("the upload's bytes"))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	body := `<CompleteMultipartUpload><Part><PartNumber>1</PartNumber><ETag>` + *part.ETag + `</ETag></Part></CompleteMultipartUpload>`
+	return func(g *testGateway) rawResult {
+		return doRaw(g.Endpoint, "POST", "/"+bucket+"/"+key+"?uploadId="+*up.UploadId, []byte(body), nil)
+	}
+}
+
+// A Complete retry whose settle adopts the earlier try that landed answers
+// as published, with the generation the adoption made.
+func TestCompleteRetryAfterEarlierTryLanded(t *testing.T) {
+	fp, fep := faultStore(t)
+	g := startGateway(t, gatewayOptions{Store: &fep})
+	bucket := "t-cretry-" + randomSuffix()
+	createBucket(t, g.Endpoint, bucket)
+	complete := newUploadOfOnePart(t, g, bucket, "k")
+	held := cutHeldWrite(t, fp, fep, faultproxy.MethodPath("POST", "/"+bucket+"/k"), complete)
+	held.ReleaseDetached()
+	if st := delivered(t, held); st != 200 {
+		t.Fatalf("the first try reached the store, which answered %d", st)
+	}
+	r := complete(g)
+	gens := generationsOf(t, bucket, "k")
+	if len(gens) != 1 || gens[0].Origin != "adopted" {
+		t.Fatalf("generations %+v: want the first try's landing adopted", gens)
+	}
+	if r.Status != 200 || r.Generation != gens[0].Generation {
+		t.Fatalf("the retry answered %+v, want 200 with generation %d", r, gens[0].Generation)
+	}
+	audit(t, g.Store, bucket, "k")
+}
+
+// A Complete retry settled before the earlier try lands, and sent after it
+// did: the store refuses the retry, on its fence (SeaweedFS) or because the
+// upload is gone (a store that forgets a completed upload answers
+// NoSuchUpload; the proxy answers so for it), and the retry, settling again,
+// adopts the earlier try and answers as published: no second generation for
+// one upload, never NoSuchUpload.
+func TestCompleteRetryOvertakenByEarlierTry(t *testing.T) {
+	fp, fep := faultStore(t)
+	g := startGateway(t, gatewayOptions{Store: &fep})
+	for _, tc := range []struct {
+		name string
+		send func(retry *faultproxy.Held)
+	}{
+		{"refused on its fence", func(retry *faultproxy.Held) { retry.Release() }},
+		{"upload gone", func(retry *faultproxy.Held) {
+			retry.Fail(404, `<?xml version="1.0" encoding="UTF-8"?>`+"\n"+
+				`<Error><Code>NoSuchUpload</Code><Message>The specified upload does not exist.</Message></Error>`)
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			bucket := "t-cretry2-" + randomSuffix()
+			createBucket(t, g.Endpoint, bucket)
+			complete := newUploadOfOnePart(t, g, bucket, "k")
+			first := cutHeldWrite(t, fp, fep, faultproxy.MethodPath("POST", "/"+bucket+"/k"), complete)
+			retry := fp.Hold(faultproxy.MethodPath("POST", "/"+bucket+"/k"), 1)
+			res := make(chan rawResult, 1)
+			go func() { res <- complete(g) }()
+			<-retry.Arrived
+			first.ReleaseDetached()
+			if st := delivered(t, first); st != 200 {
+				t.Fatalf("the first try reached the store, which answered %d", st)
+			}
+			tc.send(retry)
+			r := within(t, res, time.Minute, "answer to the retried Complete")
+			gens := generationsOf(t, bucket, "k")
+			if len(gens) != 1 || gens[0].Origin != "adopted" {
+				t.Fatalf("generations %+v: want the first try's landing adopted, once", gens)
+			}
+			if r.Status != 200 || r.Generation != gens[0].Generation {
+				t.Fatalf("the retry answered %+v, want 200 with generation %d", r, gens[0].Generation)
+			}
+			audit(t, g.Store, bucket, "k")
+			if n := attemptStates(t, bucket, "k")["unknown"]; n != 0 {
+				t.Errorf("%d attempts left unknown: %v", n, attemptStates(t, bucket, "k"))
 			}
 		})
 	}

@@ -237,6 +237,9 @@ func (s *Server) keyedWrite(ctx *fasthttp.RequestCtx, r *request, u *upstream, w
 			l.Fail("the store refused the write; settling the key failed: " + err.Error())
 			return fail(errSlowDown)
 		}
+		if o, done := settledAgain(l, w, resp); done {
+			return o
+		}
 		if now == fence {
 			l.Fail("the store refused the request itself: " + resp.Status)
 			if resp.StatusCode == http.StatusPreconditionFailed && w.otherCond {
@@ -286,6 +289,18 @@ func (s *Server) keyedWrite(ctx *fasthttp.RequestCtx, r *request, u *upstream, w
 		}
 		l.Fail("a versioned delete publishes nothing itself; the key was settled after it")
 		return keyOutcome{resp: resp}
+	case status == http.StatusNotFound && w.afterSettle != nil:
+		// A Complete the store no longer knows the upload of: an earlier try
+		// may have published it since this one was settled. Settle again
+		// (adopting that try if it landed) and answer as it did.
+		keepAnswer(resp)
+		if _, err := l.Resettle(context.Background(), s.settler); err != nil {
+			s.deps.Log.Warn("settle after a refused Complete failed", "request_id", r.id, "key", w.key, "err", err)
+		} else if o, done := settledAgain(l, w, resp); done {
+			return o
+		}
+		l.Fail("the store answered " + resp.Status)
+		return keyOutcome{resp: resp}
 	case status == http.StatusPreconditionFailed: // only ever the client's own condition here
 		l.Fail("the store refused the client's condition")
 		return keyOutcome{resp: resp}
@@ -314,6 +329,23 @@ func (s *Server) keyedWrite(ctx *fasthttp.RequestCtx, r *request, u *upstream, w
 		return fail(errUnrecorded)
 	}
 	return keyOutcome{resp: resp, gen: gen}
+}
+
+// settledAgain runs what follows a settle (afterSettle) after a settle that
+// came after the store refused the write: an earlier attempt it adopted may
+// have published what this one would (a Complete's earlier try), and the
+// request is then answered as that one was, not resent.
+func settledAgain(l *lease.Lease, w keyWrite, refused *http.Response) (keyOutcome, bool) {
+	if w.afterSettle == nil {
+		return keyOutcome{}, false
+	}
+	done, e := w.afterSettle()
+	if !done {
+		return keyOutcome{}, false
+	}
+	drain(refused)
+	l.Fail("the store refused this attempt; an earlier one had published it: " + refused.Status)
+	return keyOutcome{e: e, answered: e == nil}, true
 }
 
 // entryFence is the fence for a write conditioned on etag (a DeleteObjects
