@@ -111,8 +111,11 @@ type upstream struct {
 	unsent       io.Closer
 	trailerName  string
 	trailerValue trailerSource
-	// declaredChecksum is the body checksum the client sent as a header, as
-	// the catalog records it ("crc32:<base64>"); "" for a trailer or none.
+	// declaredChecksum is the body checksum known before the store is asked,
+	// as the catalog records it ("crc32:<base64>"): the one the client sent
+	// as a header, or, for a spooled body, its trailer's or the CRC32
+	// fencegate computed as it spooled it; "" for a streamed body without a
+	// checksum header (its checksum is known once it has been sent).
 	declaredChecksum string
 	// unsigned: sent without fencegate's credentials (an anonymous read,
 	// anonymous.go), so the store's own ACLs decide.
