@@ -3,6 +3,9 @@ package conformance
 import (
 	"bytes"
 	"context"
+	"encoding/base64"
+	"encoding/binary"
+	"hash/crc32"
 	"testing"
 	"time"
 
@@ -250,5 +253,35 @@ func TestDeleteObjectsCutByShutdown(t *testing.T) {
 	audit(t, g.Store, bucket, "a", "b", "c")
 	if s := attemptState(t, b.ID); s != "adopted" {
 		t.Fatalf("the cut delete is %s after it landed, want adopted", s)
+	}
+}
+
+// The checksum fencegate computes for a body it spooled is on the attempt
+// before the store is asked: a gateway killed while the store holds the
+// request leaves an attempt that a takeover adopts on size and checksum, not
+// on size alone (issue 27, item 10).
+func TestSpooledChecksumRecordedBeforeSending(t *testing.T) {
+	fp, fep := faultStore(t)
+	g := startGateway(t, gatewayOptions{Store: &fep})
+	bucket := "t-sumfirst-" + randomSuffix()
+	createBucket(t, g.Endpoint, bucket)
+	body := []byte("a spooled body without a checksum of the client's")
+	held := fp.Hold(faultproxy.MethodPath("PUT", "/"+bucket+"/k"), 1)
+	res := make(chan rawResult, 1)
+	go func() { res <- putRaw(g.Endpoint, bucket, "k", body, nil) }()
+	<-held.Arrived
+	var state, sum string
+	if err := packageKeys(t).Pool.QueryRow(context.Background(),
+		`SELECT state, coalesce(checksum, '') FROM attempts WHERE bucket = $1 AND key = $2`, bucket, "k").Scan(&state, &sum); err != nil {
+		t.Fatal(err)
+	}
+	held.Release()
+	if r := within(t, res, time.Minute, "answer to the PUT"); r.Status != 200 {
+		t.Fatalf("PUT: %+v", r)
+	}
+	var crc [4]byte
+	binary.BigEndian.PutUint32(crc[:], crc32.ChecksumIEEE(body))
+	if want := "crc32:" + base64.StdEncoding.EncodeToString(crc[:]); state != "leased" || sum != want {
+		t.Fatalf("while the store held the PUT its attempt was %s with checksum %q, want leased with %q", state, sum, want)
 	}
 }

@@ -56,9 +56,15 @@ type rawResult struct {
 
 // doRaw sends one signed request with a body, once (no SDK retries).
 func doRaw(ep stack.Endpoint, method, path string, body []byte, header map[string]string) rawResult {
+	res, _ := doRawBody(ep, method, path, body, header)
+	return res
+}
+
+// doRawBody is doRaw returning the answer's body too.
+func doRawBody(ep stack.Endpoint, method, path string, body []byte, header map[string]string) (rawResult, []byte) {
 	req, err := http.NewRequest(method, ep.URL+path, bytes.NewReader(body))
 	if err != nil {
-		return rawResult{Err: err}
+		return rawResult{Err: err}, nil
 	}
 	for k, v := range header {
 		req.Header.Set(k, v)
@@ -68,12 +74,12 @@ func doRaw(ep stack.Endpoint, method, path string, body []byte, header map[strin
 	req.Header.Set("X-Amz-Content-Sha256", hash)
 	creds := aws.Credentials{AccessKeyID: ep.AccessKey, SecretAccessKey: ep.SecretKey}
 	if err := s3Signer().SignHTTP(context.Background(), creds, req, hash, "s3", "us-east-1", time.Now()); err != nil {
-		return rawResult{Err: err}
+		return rawResult{Err: err}, nil
 	}
 	client := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}, Timeout: 2 * time.Minute}
 	resp, err := client.Do(req)
 	if err != nil {
-		return rawResult{Err: err}
+		return rawResult{Err: err}, nil
 	}
 	b, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
@@ -85,7 +91,7 @@ func doRaw(ep stack.Endpoint, method, path string, body []byte, header map[strin
 			res.Code = string(b[i+6 : j])
 		}
 	}
-	return res
+	return res, b
 }
 
 func putRaw(ep stack.Endpoint, bucket, key string, body []byte, header map[string]string) rawResult {

@@ -20,8 +20,9 @@ var restatedOnCopy = []string{"Content-Type", "Content-Encoding", "Content-Dispo
 
 // copyObject publishes a copy at the destination key under its lease. The new
 // object must carry a fresh attempt id, which needs MetadataDirective REPLACE:
-// a COPY becomes REPLACE with the source's metadata and system headers restated
-// and x-amz-copy-source-if-match pinning the source version that was read.
+// a COPY becomes REPLACE with the source's metadata and system headers restated.
+// Every copy is pinned to the source version that was read
+// (x-amz-copy-source-if-match on its ETag).
 func (s *Server) copyObject(ctx *fasthttp.RequestCtx, r *request) *apiError {
 	if e := copyOntoItself(r); e != nil {
 		return e
@@ -66,7 +67,6 @@ func (s *Server) copyObject(ctx *fasthttp.RequestCtx, r *request) *apiError {
 	}
 	defer u.finish(r)
 	declared := info.Size
-	pinned := !r.hdr.has("x-amz-copy-source-if-match")
 	return s.writeKey(ctx, r, u, keyWrite{
 		op: "copy", declared: declared, clientCond: hasClientCondition(r), otherCond: hasConditionBesideFence(r),
 		prepare: func(u *upstream, id string) *apiError {
@@ -96,11 +96,13 @@ func (s *Server) copyObject(ctx *fasthttp.RequestCtx, r *request) *apiError {
 				}
 				h.Set("X-Amz-Metadata-Directive", "REPLACE")
 			}
-			if pinned {
-				// The copy is of the version that was read: its size is the
-				// one recorded, and what COPY restated is that version's.
-				h.Set("X-Amz-Copy-Source-If-Match", `"`+info.ETag+`"`)
-			}
+			// The copy is of the version that was read: its size is the one
+			// recorded, and what COPY restated is that version's. A client's
+			// own x-amz-copy-source-if-match allows that version
+			// (copySourceConditions checked it), so the pin replaces it: a
+			// list or * would let other bytes be copied under the size read
+			// here. A source changed since is a 412 the client retries (503).
+			h.Set("X-Amz-Copy-Source-If-Match", `"`+info.ETag+`"`)
 			h.Set(store.AttemptHeader, id)
 			return nil
 		},

@@ -23,6 +23,9 @@ type deleteRequest struct {
 	Objects []struct {
 		Key       string `xml:"Key"`
 		VersionID string `xml:"VersionId"`
+		// ETag conditions the entry's delete (S3's conditional delete: the
+		// entry's If-Match).
+		ETag string `xml:"ETag"`
 	} `xml:"Object"`
 }
 
@@ -71,7 +74,7 @@ func (s *Server) deleteObjects(ctx *fasthttp.RequestCtx, r *request) *apiError {
 		for _, i := range idx {
 			g.Go(func() error {
 				o := dr.Objects[i]
-				out[i] = s.deleteOne(r, o.Key, o.VersionID, wait)
+				out[i] = s.deleteOne(r, o.Key, o.VersionID, o.ETag, wait)
 				return nil
 			})
 		}
@@ -132,8 +135,10 @@ func (s *Server) deleteObjects(ctx *fasthttp.RequestCtx, r *request) *apiError {
 }
 
 // deleteOne deletes one key (or one version of it) through the write
-// protocol, as its own keyed write.
-func (s *Server) deleteOne(r *request, key, version string, wait bool) deleteOutcome {
+// protocol, as its own keyed write. An entry's etag conditions it: fencegate's
+// fence on the key carries it to the store (keyWrite.entryETag); a version's
+// delete is unfenced, and carries it as its If-Match for the store to judge.
+func (s *Server) deleteOne(r *request, key, version, etag string, wait bool) deleteOutcome {
 	res := deleteOutcome{key: key, version: version}
 	fail := func(e *apiError) deleteOutcome {
 		res.code, res.msg = e.Code, e.Message
@@ -153,8 +158,14 @@ func (s *Server) deleteOne(r *request, key, version string, wait bool) deleteOut
 		return fail(errInternal)
 	}
 	u := &upstream{req: req, payloadHash: sigv4.EmptySHA256, cancel: cancel}
+	if etag = strings.TrimSpace(etag); etag != "*" {
+		etag = store.TrimETag(etag)
+	}
+	if etag != "" && version != "" {
+		req.Header.Set("If-Match", quoteETag(etag))
+	}
 	o := s.keyedWrite(nil, r, u, keyWrite{op: "delete", key: key, declared: -1, noWait: !wait, version: version != "",
-		acknowledge: deleted})
+		entryETag: etag, acknowledge: deleted})
 	switch {
 	case o.busy:
 		res.busy = true
@@ -178,4 +189,12 @@ func (s *Server) deleteOne(r *request, key, version string, wait bool) deleteOut
 		}
 	}
 	return res
+}
+
+// quoteETag is etag as a condition header carries it ("*" bare).
+func quoteETag(etag string) string {
+	if etag == "*" {
+		return etag
+	}
+	return `"` + etag + `"`
 }

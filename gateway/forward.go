@@ -115,8 +115,11 @@ type upstream struct {
 	unsent       io.Closer
 	trailerName  string
 	trailerValue trailerSource
-	// declaredChecksum is the body checksum the client sent as a header, as
-	// the catalog records it ("crc32:<base64>"); "" for a trailer or none.
+	// declaredChecksum is the body checksum known before the store is asked,
+	// as the catalog records it ("crc32:<base64>"): the one the client sent
+	// as a header, or, for a spooled body, its trailer's or the CRC32
+	// fencegate computed as it spooled it; "" for a streamed body without a
+	// checksum header (its checksum is known once it has been sent).
 	declaredChecksum string
 	// unsigned: sent without fencegate's credentials (an anonymous read,
 	// anonymous.go), so the store's own ACLs decide.
@@ -141,6 +144,11 @@ func (u *upstream) rewind() {
 // streamed one is (W9 holds by construction: the store gets a checkable
 // encoding), for one sending.
 func (u *upstream) sendSpooled() {
+	if u.trailerValue == nil {
+		// fencegate's own checksum was computed as the body was spooled.
+		sum := u.spooled.checksum()
+		u.trailerValue = func() (string, error) { return sum, nil }
+	}
 	body := u.spooled.reader()
 	u.enc = newChunkEncoder(body, u.spooled.n, u.trailerName, u.trailerValue)
 	u.unsent = body
@@ -405,6 +413,14 @@ func (s *Server) streamedBody(ctx *fasthttp.RequestCtx, r *request, u *upstream)
 		}
 		u.spooled = body
 		u.sendSpooled()
+		if u.declaredChecksum == "" {
+			// The whole body is here, so is its checksum (the client's
+			// trailer, or fencegate's own): the attempt records it before the
+			// store is asked, and a takeover adopts on it, not on size alone.
+			if v, err := u.trailerValue(); err == nil {
+				u.declaredChecksum = store.ChecksumValue(u.trailerName, v)
+			}
+		}
 	} else {
 		u.guard = guard
 		u.enc = newChunkEncoder(guard, n, trailerName, trailerValue)

@@ -3,7 +3,10 @@ package gateway
 import (
 	"bytes"
 	"context"
+	"encoding/base64"
+	"encoding/binary"
 	"errors"
+	"hash/crc32"
 	"io"
 	"os"
 	"sync"
@@ -107,6 +110,10 @@ type spooled struct {
 	buf  *[]byte
 	file *os.File
 	n    int64
+	// crc is the body's CRC32, computed as it was received: the checksum
+	// fencegate sends with a body the client gave none for, known (and
+	// recorded on the attempt) before the store is asked.
+	crc  uint32
 	refs atomic.Int32 // the owner's reference and one per open sending
 	once sync.Once
 }
@@ -131,6 +138,9 @@ func (sp *spool) take(n int64) bool {
 func (sp *spool) fill(src io.Reader, n int64) (*spooled, error) {
 	s := &spooled{sp: sp, n: n}
 	s.refs.Store(1)
+	sum := crc32.NewIEEE()
+	src = io.TeeReader(src, sum)
+	defer func() { s.crc = sum.Sum32() }()
 	var err error
 	if n <= sp.inMemory {
 		s.buf = sp.buffers.get(n)
@@ -175,6 +185,13 @@ func (sp *spool) fill(src io.Reader, n int64) (*spooled, error) {
 		return nil, err
 	}
 	return s, nil
+}
+
+// checksum is the body's CRC32 as an x-amz-checksum-crc32 value.
+func (s *spooled) checksum() string {
+	var b [4]byte
+	binary.BigEndian.PutUint32(b[:], s.crc)
+	return base64.StdEncoding.EncodeToString(b[:])
 }
 
 // reader reads the body from its start, for one sending; its Close ends that
@@ -292,7 +309,8 @@ func (r *reservingReader) giveBack() {
 // a budget spent for the whole wait fails it with errSpoolFull. On error
 // all the budget it took goes back.
 func (sp *spool) fillUpTo(src io.Reader, limit int64, wait time.Duration) (*spooled, error) {
-	rr := &reservingReader{src: src, sp: sp, limit: limit, wait: wait}
+	sum := crc32.NewIEEE()
+	rr := &reservingReader{src: io.TeeReader(src, sum), sp: sp, limit: limit, wait: wait}
 	// In memory first, in buffers that grow by their size classes up to the
 	// spool's memory size: a small file holds a small buffer.
 	buf := sp.buffers.get(minSpoolBuffer)
@@ -320,7 +338,7 @@ func (sp *spool) fillUpTo(src io.Reader, limit int64, wait time.Duration) (*spoo
 	if err == io.EOF {
 		// The whole body fits in memory.
 		n := int64(len(*buf))
-		s := &spooled{sp: sp, buf: buf, n: n}
+		s := &spooled{sp: sp, buf: buf, n: n, crc: sum.Sum32()}
 		s.refs.Store(1)
 		sp.memory.Add(float64(n))
 		return s, nil
@@ -341,7 +359,7 @@ func (sp *spool) fillUpTo(src io.Reader, limit int64, wait time.Duration) (*spoo
 		return fail(err)
 	}
 	sp.buffers.put(buf)
-	s := &spooled{sp: sp, file: f, n: rr.taken}
+	s := &spooled{sp: sp, file: f, n: rr.taken, crc: sum.Sum32()}
 	s.refs.Store(1)
 	sp.disk.Add(float64(s.n))
 	return s, nil

@@ -49,6 +49,11 @@ type keyWrite struct {
 	otherCond bool
 	// noWait gives up at once if the key is leased (DeleteObjects' first pass).
 	noWait bool
+	// entryETag: the ETag (or "*") a DeleteObjects entry is conditioned on
+	// (its <ETag>). fencegate's fence carries it to the store: the write is
+	// sent only while the key is at that ETag, as the store last showed it,
+	// and is refused as S3 refuses the entry otherwise.
+	entryETag string
 	// version: the write addresses one version (a versioned delete). It
 	// publishes nothing itself: it is sent unfenced under the lease, and the
 	// key is settled from the store after it.
@@ -158,6 +163,17 @@ func (s *Server) keyedWrite(ctx *fasthttp.RequestCtx, r *request, u *upstream, w
 			return keyOutcome{e: e, answered: e == nil}
 		}
 	}
+	if w.entryETag != "" && !w.version {
+		if fence, err = entryFence(l, s.settler, fence, w.entryETag); err != nil {
+			s.deps.Log.Warn("settle for an entry's condition failed", "request_id", r.id, "key", w.key, "err", err)
+			l.Fail("settling the key for the entry's condition failed: " + err.Error())
+			return fail(errSlowDown)
+		}
+		if e := entryRefusal(fence, w.entryETag); e != nil {
+			l.Fail("the key is not at the ETag the entry names; nothing was sent")
+			return fail(e)
+		}
+	}
 	ourFence := !w.clientCond && !w.version
 	if ourFence {
 		setFence(u.req.Header, fence, w.op)
@@ -220,6 +236,9 @@ func (s *Server) keyedWrite(ctx *fasthttp.RequestCtx, r *request, u *upstream, w
 			l.Fail("the store refused the write; settling the key failed: " + err.Error())
 			return fail(errSlowDown)
 		}
+		if o, done := settledAgain(l, w, resp); done {
+			return o
+		}
 		if now == fence {
 			l.Fail("the store refused the request itself: " + resp.Status)
 			if resp.StatusCode == http.StatusPreconditionFailed && w.otherCond {
@@ -239,6 +258,10 @@ func (s *Server) keyedWrite(ctx *fasthttp.RequestCtx, r *request, u *upstream, w
 			return keyOutcome{resp: resp}
 		}
 		drain(resp)
+		if e := entryRefusal(now, w.entryETag); w.entryETag != "" && e != nil {
+			l.Fail("the store refused fencegate's condition: the key is no longer at the ETag the entry names")
+			return fail(e)
+		}
 		if try > 0 || !u.replayable() {
 			// A streamed body was consumed by its one sending: the client tries
 			// again (S3 clients retry 503), and finds the key settled.
@@ -264,6 +287,18 @@ func (s *Server) keyedWrite(ctx *fasthttp.RequestCtx, r *request, u *upstream, w
 			s.deps.Log.Warn("settle after a versioned delete failed", "request_id", r.id, "key", w.key, "err", err)
 		}
 		l.Fail("a versioned delete publishes nothing itself; the key was settled after it")
+		return keyOutcome{resp: resp}
+	case status == http.StatusNotFound && w.afterSettle != nil:
+		// A Complete the store no longer knows the upload of: an earlier try
+		// may have published it since this one was settled. Settle again
+		// (adopting that try if it landed) and answer as it did.
+		keepAnswer(resp)
+		if _, err := l.Resettle(context.Background(), s.settler); err != nil {
+			s.deps.Log.Warn("settle after a refused Complete failed", "request_id", r.id, "key", w.key, "err", err)
+		} else if o, done := settledAgain(l, w, resp); done {
+			return o
+		}
+		l.Fail("the store answered " + resp.Status)
 		return keyOutcome{resp: resp}
 	case status == http.StatusPreconditionFailed: // only ever the client's own condition here
 		l.Fail("the store refused the client's condition")
@@ -293,6 +328,48 @@ func (s *Server) keyedWrite(ctx *fasthttp.RequestCtx, r *request, u *upstream, w
 		return fail(errUnrecorded)
 	}
 	return keyOutcome{resp: resp, gen: gen}
+}
+
+// settledAgain runs what follows a settle (afterSettle) after a settle that
+// came after the store refused the write: an earlier attempt it adopted may
+// have published what this one would (a Complete's earlier try), and the
+// request is then answered as that one was, not resent.
+func settledAgain(l *lease.Lease, w keyWrite, refused *http.Response) (keyOutcome, bool) {
+	if w.afterSettle == nil {
+		return keyOutcome{}, false
+	}
+	done, e := w.afterSettle()
+	if !done {
+		return keyOutcome{}, false
+	}
+	drain(refused)
+	l.Fail("the store refused this attempt; an earlier one had published it: " + refused.Status)
+	return keyOutcome{e: e, answered: e == nil}, true
+}
+
+// entryFence is the fence for a write conditioned on etag (a DeleteObjects
+// entry's <ETag>): the settled fence when it names etag, else the key's state
+// from a fresh HEAD, since a fence read from the catalog may be stale (bytes
+// written around the gateway) and the entry is refused only on what the
+// store holds.
+func entryFence(l *lease.Lease, st lease.Store, f lease.Fence, etag string) (lease.Fence, error) {
+	if entryRefusal(f, etag) == nil {
+		return f, nil
+	}
+	return l.Resettle(context.Background(), st)
+}
+
+// entryRefusal is S3's answer to a write conditioned on etag ("*": any) at a
+// key in state f: nil when the key is at it, 412 PreconditionFailed when it
+// is at another, 404 NoSuchKey when it is absent.
+func entryRefusal(f lease.Fence, etag string) *apiError {
+	switch {
+	case !f.Exists:
+		return errNoSuchKey
+	case etag != "*" && f.ETag != etag:
+		return errPreconditionFailed
+	}
+	return nil
 }
 
 // fenceRefusal reports an answer that may be the store refusing fencegate's

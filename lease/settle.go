@@ -14,8 +14,9 @@ type Object struct {
 	ETag      string // without quotes
 	Size      int64
 	AttemptID string // fencegate's attribution metadata, "" if none
-	// Checksum is the object's full checksum as the store reports it
-	// ("crc32:<base64>", "sha256:<base64>", ...), "" if it reports none.
+	// Checksum is the object's full checksums as the store reports them
+	// ("crc32:<base64>", "sha256:<base64>", ...), space separated (a store
+	// may report several), "" if it reports none.
 	Checksum string
 }
 
@@ -271,10 +272,19 @@ func adoptable(a Attempt, obj Object) bool {
 	return !checksumsDiffer(a.Checksum, obj.Checksum)
 }
 
-// checksumsDiffer reports two checksums of one algorithm ("alg:value") that
-// disagree; different algorithms, or a missing one, prove nothing.
-func checksumsDiffer(a, b string) bool {
-	algA, valA, okA := strings.Cut(a, ":")
-	algB, valB, okB := strings.Cut(b, ":")
-	return okA && okB && algA == algB && valA != valB
+// checksumsDiffer reports an attempt's checksum ("alg:value") that
+// disagrees with the store's checksum of the same algorithm, among the
+// store's (Object.Checksum: space separated, as a store may report several);
+// other algorithms, or a missing one, prove nothing.
+func checksumsDiffer(attempt, stored string) bool {
+	alg, val, ok := strings.Cut(attempt, ":")
+	if !ok {
+		return false
+	}
+	for _, s := range strings.Fields(stored) {
+		if a, v, ok := strings.Cut(s, ":"); ok && a == alg {
+			return v != val
+		}
+	}
+	return false
 }

@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"sort"
 	"strconv"
 	"strings"
 
@@ -19,8 +20,10 @@ type Object struct {
 	ETag      string // without quotes
 	Size      int64
 	AttemptID string // fencegate's attribution metadata (AttemptHeader), "" if none
-	// Checksum is the object's full checksum as the store reports it, written
-	// as ChecksumValue writes it ("crc32:<base64>"); "" if it reports none.
+	// Checksum is the object's full checksums as the store reports them,
+	// each written as ChecksumValue writes it ("crc32:<base64>"), sorted and
+	// separated by spaces (a store may report several); "" if it reports
+	// none.
 	Checksum string
 	// Header is the whole answer (a copy restates some of it); nil when the
 	// key holds nothing.
@@ -111,16 +114,20 @@ func (c *Client) HeadVersion(ctx context.Context, bucket, key, versionID string)
 	}
 }
 
-// storedChecksum is the full-object checksum a HEAD reports, as the catalog
-// records checksums ("crc32:<base64>"); a multipart object's composite
+// storedChecksum is the full-object checksums a HEAD reports, as the
+// catalog records checksums ("crc32:<base64>"), all of them (sorted, space
+// separated): which one an attempt's checksum is compared with is decided by
+// its algorithm, never by the order of a map. A multipart object's composite
 // checksum ("...-N") is not one a single body had, so it is left out.
 func storedChecksum(h http.Header) string {
+	var sums []string
 	for name := range ChecksumHeaders {
-		if v := h.Get(name); v != "" && !strings.Contains(v, "-") {
-			return ChecksumValue(name, v)
+		if v := strings.TrimSpace(h.Get(name)); v != "" && !strings.Contains(v, "-") {
+			sums = append(sums, ChecksumValue(name, v))
 		}
 	}
-	return ""
+	sort.Strings(sums)
+	return strings.Join(sums, " ")
 }
 
 func (c *Client) bucketExists(ctx context.Context, bucket string) (bool, error) {

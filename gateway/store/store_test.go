@@ -64,6 +64,10 @@ func TestHead(t *testing.T) {
 			w.Header().Set("Content-Length", "5")
 			w.Header().Set(AttemptHeader, "att")
 			w.Header().Set("X-Amz-Checksum-Crc32", "AAAAAA==")
+		case "/b/two":
+			w.Header().Set("ETag", `"e3"`)
+			w.Header().Set("X-Amz-Checksum-Sha256", "47DEQpj8HBSa+/TImW+5JCeuQeRkm5NMpJWZG3hSuFU=")
+			w.Header().Set("X-Amz-Checksum-Crc32", "AAAAAA==")
 		case "/b/multi":
 			w.Header().Set("ETag", `"e2-2"`)
 			w.Header().Set("X-Amz-Checksum-Crc32", "AAAAAA==-2")
@@ -81,6 +85,13 @@ func TestHead(t *testing.T) {
 	o, err := c.Head(ctx, "b", "k")
 	if err != nil || !o.Exists || o.ETag != "e1" || o.Size != 5 || o.AttemptID != "att" || o.Checksum != "crc32:AAAAAA==" || o.Header == nil {
 		t.Errorf("Head(b/k) = %+v, %v", o, err)
+	}
+	// Several checksums: every one is kept, in one order, so each is
+	// compared with a checksum of its own algorithm (issue 27, item 10).
+	for range 8 {
+		if o, err := c.Head(ctx, "b", "two"); err != nil || o.Checksum != "crc32:AAAAAA== sha256:47DEQpj8HBSa+/TImW+5JCeuQeRkm5NMpJWZG3hSuFU=" {
+			t.Fatalf("Head(b/two) = %q, %v: want both checksums", o.Checksum, err)
+		}
 	}
 	if o, err := c.Head(ctx, "b", "multi"); err != nil || o.Checksum != "" {
 		t.Errorf("a composite checksum was taken for the object's: %+v, %v", o, err)
