@@ -22,7 +22,7 @@ var (
 // checkKey applies S3's key rules, and refuses the spellings the store would
 // fold into another key: a lease and a catalog row are per key, so two
 // spellings of one stored object must never be two keys to fencegate
-// (docs: README, "Security model"). Filer-backed stores such as SeaweedFS
+// (docs/SECURITY.md). Filer-backed stores such as SeaweedFS
 // resolve the key as a file path: empty, '.' and '..' segments collapse, and
 // '\' may be read as '/'. Whether the store folds '\' is learnt by the
 // start-up probe; until it has proven that it does not, such keys are refused.

@@ -29,7 +29,7 @@ var (
 const generationHeader = "x-fencegate-generation"
 
 // keyWrite is one write that publishes or removes bytes at a key, under the
-// key's lease (docs: README, the write protocol). Every keyed write runs
+// key's lease (docs/PROTOCOL.md). Every keyed write runs
 // through keyedWrite with one of these: PutObject, CopyObject,
 // CompleteMultipartUpload, DeleteObject (with and without versionId) and each
 // key of DeleteObjects.

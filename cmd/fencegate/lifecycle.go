@@ -10,7 +10,7 @@ import (
 )
 
 // defineLifecycle adds the reconciler's lifecycle flags (docs/DESIGN.md, "The
-// reconciler"; README, "Configuration").
+// reconciler"; docs/OPERATIONS.md, "Configuration").
 func (c *serveConfig) defineLifecycle(f envFlags) {
 	l := &c.Lifecycle
 	f.Duration(&l.Budget, "reconcile-budget", "FENCEGATE_RECONCILE_BUDGET", 5*time.Second, "time each reconciler work kind may run per pass")
