@@ -366,11 +366,10 @@ func (c *Catalog) ClaimUnresolved(ctx context.Context, limit int, claimFor, hori
 		-- unknown one never past its horizon by more than a claim period, so
 		-- the settle that closes it comes soon after the horizon passes.
 		UPDATE attempts a SET claim_token = $2, tries = tries + 1,
-			claimed_until = clock_timestamp() + CASE
-				WHEN a.state = 'unknown' AND coalesce(a.unknown_at, a.updated_at) + $4::interval > clock_timestamp()
-				THEN least($3::interval * power(2, greatest(least(a.tries, 8) - 2, 0)),
-					coalesce(a.unknown_at, a.updated_at) + $4::interval - clock_timestamp() + $3::interval / 4)
-				ELSE $3::interval * power(2, greatest(least(a.tries, 8) - 2, 0)) END
+			-- (least ignores the NULL of a guard not before its horizon)
+			claimed_until = clock_timestamp() + least($3::interval * power(2, greatest(least(a.tries, 8) - 2, 0)),
+				CASE WHEN a.state = 'unknown' THEN nullif(greatest(coalesce(a.unknown_at, a.updated_at) + $4::interval - clock_timestamp(),
+					interval '0'), interval '0') + $3::interval / 4 END)
 		FROM picked WHERE a.attempt_id = picked.attempt_id
 		RETURNING a.bucket, a.key`, limit, token, claimFor.String(), horizon.String())
 	if err != nil {

@@ -39,14 +39,6 @@ func (c *catalog) leased(ctx context.Context) error {
 	return nil
 }
 
-// unresolved is nil once no attempt is leased. Unknown attempts may stay:
-// a guard ends only when its bytes are found or its horizon (20 min, far
-// past a campaign) has passed (docs/DESIGN.md, "When a guard ends"); the
-// report counts them (leftover), and the check holds each to its fence.
-func (c *catalog) unresolved(ctx context.Context) error {
-	return c.leased(ctx)
-}
-
 // leftover counts the attempts still unknown, by operation.
 func (c *catalog) leftover(ctx context.Context) (map[string]int, error) {
 	rows, err := c.pool.Query(ctx, `SELECT op, count(*) FROM attempts WHERE state IN ('unknown', 'leased') GROUP BY op`)
