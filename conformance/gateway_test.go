@@ -23,12 +23,12 @@ import (
 	"time"
 
 	"github.com/fencegate/fencegate/gateway"
-	"github.com/fencegate/fencegate/gateway/store"
 	"github.com/fencegate/fencegate/internal/stack"
 	"github.com/fencegate/fencegate/internal/testenv"
 	"github.com/fencegate/fencegate/internal/wiring"
 	"github.com/fencegate/fencegate/lease"
 	"github.com/fencegate/fencegate/meta"
+	"github.com/fencegate/fencegate/store"
 )
 
 // testGateway is an in-process fencegate on the package's PostgreSQL database,
@@ -180,7 +180,7 @@ func startGateway(t *testing.T, o gatewayOptions) *testGateway {
 			lc = *o.Lifecycle
 		}
 		lc.Interval = o.Reconcile
-		svc, err = lease.NewService(lc, leases, tracker.Catalog, gateway.LifecycleStore(srv.Store()), nil)
+		svc, err = lease.NewService(lc, leases, tracker.Catalog, srv.Store(), nil)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -13,7 +13,6 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/aws/aws-sdk-go-v2/service/s3/types"
 
-	"github.com/fencegate/fencegate/gateway"
 	"github.com/fencegate/fencegate/internal/faultproxy"
 	"github.com/fencegate/fencegate/internal/stack"
 	"github.com/fencegate/fencegate/lease"
@@ -73,7 +72,7 @@ func delivered(t *testing.T, held *faultproxy.Held) int {
 // reconcileOnce runs one reconciler pass with g's lease manager.
 func reconcileOnce(t *testing.T, g *testGateway) {
 	t.Helper()
-	r := lease.NewReconciler(lease.ReconcilerConfig{}, g.Leases, gateway.LeaseStore(g.Server.Store()), nil)
+	r := lease.NewReconciler(lease.ReconcilerConfig{}, g.Leases, g.Server.Store(), nil)
 	if _, err := r.RunOnce(context.Background()); err != nil {
 		t.Fatal(err)
 	}

@@ -10,7 +10,6 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 
-	"github.com/fencegate/fencegate/gateway"
 	"github.com/fencegate/fencegate/internal/faultproxy"
 	"github.com/fencegate/fencegate/lease"
 	"github.com/fencegate/fencegate/meta"
@@ -20,7 +19,7 @@ import (
 // store client (so through g's fault proxy, if any).
 func lifecycleService(t *testing.T, g *testGateway, cfg lease.LifecycleConfig) *lease.Service {
 	t.Helper()
-	s, err := lease.NewService(cfg, g.Leases, &meta.Catalog{Pool: packageKeys(t).Pool}, gateway.LifecycleStore(g.Server.Store()), nil)
+	s, err := lease.NewService(cfg, g.Leases, &meta.Catalog{Pool: packageKeys(t).Pool}, g.Server.Store(), nil)
 	if err != nil {
 		t.Fatal(err)
 	}

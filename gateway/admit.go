@@ -12,8 +12,8 @@ import (
 
 	"github.com/valyala/fasthttp"
 
-	"github.com/fencegate/fencegate/gateway/store"
 	"github.com/fencegate/fencegate/sigv4"
+	"github.com/fencegate/fencegate/store"
 )
 
 // request is one admitted S3 request: routed, classified, authenticated and

@@ -9,7 +9,7 @@ import (
 	"strconv"
 	"sync/atomic"
 
-	"github.com/fencegate/fencegate/gateway/store"
+	"github.com/fencegate/fencegate/store"
 )
 
 // The store verifies what fencegate forwards itself (docs/DESIGN.md, W9): object data

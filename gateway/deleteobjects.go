@@ -11,8 +11,8 @@ import (
 	"github.com/valyala/fasthttp"
 	"golang.org/x/sync/errgroup"
 
-	"github.com/fencegate/fencegate/gateway/store"
 	"github.com/fencegate/fencegate/sigv4"
+	"github.com/fencegate/fencegate/store"
 )
 
 type deleteRequest struct {

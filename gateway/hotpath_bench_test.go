@@ -16,8 +16,8 @@ import (
 	v4 "github.com/aws/aws-sdk-go-v2/aws/signer/v4"
 	"github.com/valyala/fasthttp"
 
-	"github.com/fencegate/fencegate/gateway/store"
 	"github.com/fencegate/fencegate/sigv4"
+	"github.com/fencegate/fencegate/store"
 )
 
 // The request hot paths that need no network, measured per request: what a

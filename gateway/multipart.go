@@ -12,8 +12,8 @@ import (
 
 	"github.com/valyala/fasthttp"
 
-	"github.com/fencegate/fencegate/gateway/store"
 	"github.com/fencegate/fencegate/lease"
+	"github.com/fencegate/fencegate/store"
 )
 
 // Tracker is the catalog bookkeeping that takes no key lease: buckets, and

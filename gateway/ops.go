@@ -7,7 +7,7 @@ import (
 
 	"github.com/valyala/fasthttp"
 
-	"github.com/fencegate/fencegate/gateway/store"
+	"github.com/fencegate/fencegate/store"
 )
 
 // Permission is what an access key needs on a bucket for an operation.

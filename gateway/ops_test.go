@@ -6,7 +6,7 @@ import (
 
 	"github.com/valyala/fasthttp"
 
-	"github.com/fencegate/fencegate/gateway/store"
+	"github.com/fencegate/fencegate/store"
 )
 
 func TestClassify(t *testing.T) {

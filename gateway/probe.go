@@ -11,8 +11,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/fencegate/fencegate/gateway/store"
 	"github.com/fencegate/fencegate/lease"
+	"github.com/fencegate/fencegate/store"
 )
 
 // ProbeResult says which of the store's guarantees the write protocol relies on

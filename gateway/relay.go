@@ -13,7 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/valyala/fasthttp"
 
-	"github.com/fencegate/fencegate/gateway/store"
+	"github.com/fencegate/fencegate/store"
 )
 
 // responseNotRelayed are the store's headers that describe its hop, not the

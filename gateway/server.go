@@ -18,9 +18,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/valyala/fasthttp"
 
-	"github.com/fencegate/fencegate/gateway/store"
 	"github.com/fencegate/fencegate/lease"
 	"github.com/fencegate/fencegate/sigv4"
+	"github.com/fencegate/fencegate/store"
 )
 
 // Config is the gateway's own configuration.
@@ -169,7 +169,6 @@ type Server struct {
 	keys     *keyCache
 	verifier *sigv4.Verifier
 	store    *store.Client
-	settler  lease.Store // store, as lease settles a key through it
 	leases   *lease.Manager
 	inflight inflight
 	// keepsBackslash: the probe proved the store keeps '\' in keys distinct
@@ -216,7 +215,6 @@ func New(ctx context.Context, cfg Config, deps Deps) (*Server, error) {
 	if s.store, err = store.New(cfg.Store); err != nil {
 		return nil, fmt.Errorf("backend: %w", err)
 	}
-	s.settler = LeaseStore(s.store)
 	s.cors = &corsCache{ttl: cfg.CORSCacheTTL, fallback: defaultCORS(cfg.CORSAllowOrigins),
 		fetch: s.store.BucketCORS, now: time.Now, entries: map[string]*corsEntry{}}
 	s.deps.Readiness = append(s.deps.Readiness, Check{Name: "store", Run: s.store.Ping})
@@ -367,66 +365,5 @@ func (s *Server) shutdown() {
 // Store is the gateway's store client, for the reconciler to share.
 func (s *Server) Store() *store.Client { return s.store }
 
-// LeaseStore is c as lease settles a key through it (lease.Store): the store
-// package knows nothing of leases, so its Object is translated here.
-func LeaseStore(c *store.Client) lease.Store { return leaseStore{c} }
-
-type leaseStore struct{ c *store.Client }
-
-func (l leaseStore) Head(ctx context.Context, bucket, key string) (lease.Object, error) {
-	o, err := l.c.Head(ctx, bucket, key)
-	if errors.Is(err, store.ErrNoSuchBucket) {
-		err = fmt.Errorf("%w: %w", lease.ErrNoSuchBucket, err)
-	}
-	return lease.Object{Exists: o.Exists, ETag: o.ETag, Size: o.Size, AttemptID: o.AttemptID, Checksum: o.Checksum}, err
-}
-
 // Registry is where components add their metrics (the lease counters).
 func (s *Server) Registry() *prometheus.Registry { return s.metrics.reg }
-
-// LifecycleStore is c as the reconciler's lifecycle service uses it
-// (lease.LifecycleStore): listing pages, multipart uploads, aborts.
-func LifecycleStore(c *store.Client) lease.LifecycleStore { return leaseStore{c} }
-
-func (l leaseStore) ListPage(ctx context.Context, bucket, prefix, after string, max int) (lease.Page, error) {
-	p, err := l.c.ListPage(ctx, bucket, prefix, after, max)
-	out := lease.Page{Next: p.Next, Objects: make([]lease.Listed, len(p.Objects))}
-	for i, o := range p.Objects {
-		out.Objects[i] = lease.Listed{Key: o.Key, ETag: o.ETag, Size: o.Size}
-	}
-	return out, err
-}
-
-func (l leaseStore) ListUploads(ctx context.Context, bucket, keyMarker, uploadMarker string, max int) (lease.UploadsPage, error) {
-	p, err := l.c.ListMultipartUploads(ctx, bucket, keyMarker, uploadMarker, max)
-	out := lease.UploadsPage{NextKey: p.NextKey, NextUploadID: p.NextUploadID, Uploads: make([]lease.StoreUpload, len(p.Uploads))}
-	for i, u := range p.Uploads {
-		out.Uploads[i] = lease.StoreUpload{Key: u.Key, UploadID: u.UploadID, Initiated: u.Initiated}
-	}
-	return out, err
-}
-
-func (l leaseStore) KeyUploads(ctx context.Context, bucket, key string) ([]lease.StoreUpload, error) {
-	ups, err := l.c.KeyUploads(ctx, bucket, key)
-	out := make([]lease.StoreUpload, len(ups))
-	for i, u := range ups {
-		out[i] = lease.StoreUpload{Key: u.Key, UploadID: u.UploadID, Initiated: u.Initiated}
-	}
-	return out, err
-}
-
-func (l leaseStore) LastPart(ctx context.Context, bucket, key, uploadID string) (time.Time, error) {
-	at, _, err := l.c.LastPart(ctx, bucket, key, uploadID)
-	return at, noSuchUpload(err)
-}
-
-func (l leaseStore) AbortUpload(ctx context.Context, bucket, key, uploadID string) error {
-	return noSuchUpload(l.c.AbortMultipartUpload(ctx, bucket, key, uploadID))
-}
-
-func noSuchUpload(err error) error {
-	if errors.Is(err, store.ErrNoSuchUpload) {
-		return lease.ErrNoSuchUpload
-	}
-	return err
-}

@@ -5,8 +5,8 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/fencegate/fencegate/gateway/store"
 	"github.com/fencegate/fencegate/sigv4"
+	"github.com/fencegate/fencegate/store"
 )
 
 // Which of a client's headers may reach the store is decided here, and only

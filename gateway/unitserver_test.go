@@ -17,8 +17,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	v4 "github.com/aws/aws-sdk-go-v2/aws/signer/v4"
 
-	"github.com/fencegate/fencegate/gateway/store"
 	"github.com/fencegate/fencegate/lease"
+	"github.com/fencegate/fencegate/store"
 )
 
 // staticKeys is a KeySource with fixed keys: these tests need no database.

@@ -10,8 +10,8 @@ import (
 
 	"github.com/valyala/fasthttp"
 
-	"github.com/fencegate/fencegate/gateway/store"
 	"github.com/fencegate/fencegate/lease"
+	"github.com/fencegate/fencegate/store"
 )
 
 // Errors of the write protocol, as S3 answers them.
@@ -148,8 +148,8 @@ func (s *Server) keyedWrite(ctx *fasthttp.RequestCtx, r *request, u *upstream, w
 	}
 	hitFailpoint("after-lease")
 
-	fence, err := l.Settle(context.Background(), s.settler)
-	if errors.Is(err, lease.ErrNoSuchBucket) {
+	fence, err := l.Settle(context.Background(), s.store)
+	if errors.Is(err, store.ErrNoSuchBucket) {
 		l.Fail("the store has no such bucket; nothing was sent")
 		return fail(errNoSuchBucket)
 	}
@@ -164,7 +164,7 @@ func (s *Server) keyedWrite(ctx *fasthttp.RequestCtx, r *request, u *upstream, w
 		}
 	}
 	if w.entryETag != "" && !w.version {
-		if fence, err = entryFence(l, s.settler, fence, w.entryETag); err != nil {
+		if fence, err = entryFence(l, s.store, fence, w.entryETag); err != nil {
 			s.deps.Log.Warn("settle for an entry's condition failed", "request_id", r.id, "key", w.key, "err", err)
 			l.Fail("settling the key for the entry's condition failed: " + err.Error())
 			return fail(errSlowDown)
@@ -229,7 +229,7 @@ func (s *Server) keyedWrite(ctx *fasthttp.RequestCtx, r *request, u *upstream, w
 		// Only a fresh HEAD tells which, and it brings the catalog up to what the
 		// store holds (a write around the gateway becomes an external generation).
 		keepAnswer(resp)
-		now, err := l.Resettle(context.Background(), s.settler)
+		now, err := l.Resettle(context.Background(), s.store)
 		if err != nil {
 			drain(resp)
 			s.deps.Log.Warn("settle after a refused fence failed", "request_id", r.id, "key", w.key, "err", err)
@@ -283,7 +283,7 @@ func (s *Server) keyedWrite(ctx *fasthttp.RequestCtx, r *request, u *upstream, w
 		// Removing a version changes the key only if it was current: settle
 		// again from what the store now holds.
 		keepAnswer(resp)
-		if _, err := l.Resettle(context.Background(), s.settler); err != nil {
+		if _, err := l.Resettle(context.Background(), s.store); err != nil {
 			s.deps.Log.Warn("settle after a versioned delete failed", "request_id", r.id, "key", w.key, "err", err)
 		}
 		l.Fail("a versioned delete publishes nothing itself; the key was settled after it")
@@ -293,7 +293,7 @@ func (s *Server) keyedWrite(ctx *fasthttp.RequestCtx, r *request, u *upstream, w
 		// may have published it since this one was settled. Settle again
 		// (adopting that try if it landed) and answer as it did.
 		keepAnswer(resp)
-		if _, err := l.Resettle(context.Background(), s.settler); err != nil {
+		if _, err := l.Resettle(context.Background(), s.store); err != nil {
 			s.deps.Log.Warn("settle after a refused Complete failed", "request_id", r.id, "key", w.key, "err", err)
 		} else if o, done := settledAgain(l, w, resp); done {
 			return o

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"time"
+
+	"github.com/fencegate/fencegate/store"
 )
 
 // Divergence kinds an audit reports.
@@ -118,8 +120,8 @@ func (a Auditor) AuditPage(ctx context.Context, bucket, prefix, after, afterKey 
 // Create left no upload id in the catalog may have created (initiated
 // within its Create's window, or without an Initiated time to tell): those
 // are the uploads work kind's to bind, never the foreign policy's.
-func (a Auditor) ForeignUploads(ctx context.Context, bucket, keyMarker, uploadMarker string, max int) (foreign, unbound []StoreUpload, p UploadsPage, err error) {
-	p, err = a.Store.ListUploads(ctx, bucket, keyMarker, uploadMarker, max)
+func (a Auditor) ForeignUploads(ctx context.Context, bucket, keyMarker, uploadMarker string, max int) (foreign, unbound []store.Upload, p store.UploadsPage, err error) {
+	p, err = a.Store.ListMultipartUploads(ctx, bucket, keyMarker, uploadMarker, max)
 	if err != nil {
 		return nil, nil, p, err
 	}
@@ -207,7 +209,7 @@ func (s *Service) auditBatch(ctx context.Context) (Counts, bool, error) {
 	for _, u := range foreign {
 		abort := s.cfg.ForeignUploads == ForeignAbort && !u.Initiated.IsZero() && time.Since(u.Initiated) >= s.cfg.ForeignUploadAge
 		if abort {
-			if err := s.store.AbortUpload(ictx, cur.Bucket, u.Key, u.UploadID); err != nil && !errors.Is(err, ErrNoSuchUpload) {
+			if err := s.store.AbortMultipartUpload(ictx, cur.Bucket, u.Key, u.UploadID); err != nil && !errors.Is(err, store.ErrNoSuchUpload) {
 				return fail(err)
 			}
 			s.log.Info("audit: aborted a multipart upload created around the gateway", "bucket", cur.Bucket, "key", u.Key, "upload_id", u.UploadID)

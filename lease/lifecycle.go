@@ -7,6 +7,8 @@ import (
 	"log/slog"
 	"sync"
 	"time"
+
+	"github.com/fencegate/fencegate/store"
 )
 
 // The lifecycle service (docs/DESIGN.md, "The reconciler"): every gateway
@@ -173,46 +175,20 @@ type LifecycleDriver interface {
 	RecordPass(ctx context.Context, p Pass) error
 }
 
-// Listed is one object of a listing page.
-type Listed struct {
-	Key  string
-	ETag string
-	Size int64
-}
-
-// Page is one ListObjectsV2 page; Next continues it ("" after the last).
-type Page struct {
-	Objects []Listed
-	Next    string
-}
-
-// StoreUpload is a multipart upload in progress at the store.
-type StoreUpload struct {
-	Key, UploadID string
-	Initiated     time.Time
-}
-
-// UploadsPage is one ListMultipartUploads page; NextKey/NextUploadID
-// continue it (both "" after the last).
-type UploadsPage struct {
-	Uploads               []StoreUpload
-	NextKey, NextUploadID string
-}
-
-// ErrNoSuchUpload: the store does not know the upload (any more).
-var ErrNoSuchUpload = errors.New("no such upload")
-
-// LifecycleStore is the storage I/O the service needs (gateway.LifecycleStore
-// fills it with the store client).
+// LifecycleStore is the storage I/O the service needs (*store.Client fills
+// it as it is).
 type LifecycleStore interface {
 	Store
-	ListPage(ctx context.Context, bucket, prefix, after string, max int) (Page, error)
-	ListUploads(ctx context.Context, bucket, keyMarker, uploadMarker string, max int) (UploadsPage, error)
+	ListPage(ctx context.Context, bucket, prefix, after string, max int) (store.Page, error)
+	ListMultipartUploads(ctx context.Context, bucket, keyMarker, uploadMarker string, max int) (store.UploadsPage, error)
 	// KeyUploads lists the uploads in progress at exactly key.
-	KeyUploads(ctx context.Context, bucket, key string) ([]StoreUpload, error)
-	// LastPart is the upload's newest part's upload time (zero: no parts).
-	LastPart(ctx context.Context, bucket, key, uploadID string) (time.Time, error)
-	AbortUpload(ctx context.Context, bucket, key, uploadID string) error
+	KeyUploads(ctx context.Context, bucket, key string) ([]store.Upload, error)
+	// LastPart is the upload's newest part's upload time (zero: no parts)
+	// and its number of parts.
+	LastPart(ctx context.Context, bucket, key, uploadID string) (time.Time, int, error)
+	// AbortMultipartUpload answers store.store.ErrNoSuchUpload for an upload the
+	// store does not know (any more).
+	AbortMultipartUpload(ctx context.Context, bucket, key, uploadID string) error
 }
 
 // Counts is what one batch or pass of a work kind did with its items.

@@ -14,6 +14,7 @@ import (
 
 	"github.com/fencegate/fencegate/lease"
 	"github.com/fencegate/fencegate/meta"
+	"github.com/fencegate/fencegate/store"
 )
 
 // lifeStore is a store for the lifecycle service: objects, multipart uploads
@@ -46,16 +47,16 @@ func newLifeStore() *lifeStore {
 
 var errOutage = errors.New("test: the store is down")
 
-func (s *lifeStore) Head(ctx context.Context, bucket, key string) (lease.Object, error) {
+func (s *lifeStore) Head(ctx context.Context, bucket, key string) (store.Object, error) {
 	if s.down.Load() {
-		return lease.Object{}, errOutage
+		return store.Object{}, errOutage
 	}
 	return s.landedStore.Head(ctx, bucket, key)
 }
 
-func (s *lifeStore) ListPage(ctx context.Context, bucket, prefix, after string, max int) (lease.Page, error) {
+func (s *lifeStore) ListPage(ctx context.Context, bucket, prefix, after string, max int) (store.Page, error) {
 	if s.down.Load() {
-		return lease.Page{}, errOutage
+		return store.Page{}, errOutage
 	}
 	s.landedStore.mu.Lock()
 	defer s.landedStore.mu.Unlock()
@@ -66,28 +67,28 @@ func (s *lifeStore) ListPage(ctx context.Context, bucket, prefix, after string, 
 		}
 	}
 	sort.Strings(keys)
-	var p lease.Page
+	var p store.Page
 	for i, k := range keys {
 		if i == max {
 			p.Next = keys[i-1]
 			break
 		}
 		o := s.landed[[2]string{bucket, k}]
-		p.Objects = append(p.Objects, lease.Listed{Key: k, ETag: o.ETag, Size: o.Size})
+		p.Objects = append(p.Objects, store.Listed{Key: k, ETag: o.ETag, Size: o.Size})
 	}
 	return p, nil
 }
 
-func (s *lifeStore) ListUploads(ctx context.Context, bucket, keyMarker, uploadMarker string, max int) (lease.UploadsPage, error) {
+func (s *lifeStore) ListMultipartUploads(ctx context.Context, bucket, keyMarker, uploadMarker string, max int) (store.UploadsPage, error) {
 	if s.down.Load() {
-		return lease.UploadsPage{}, errOutage
+		return store.UploadsPage{}, errOutage
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	var p lease.UploadsPage
+	var p store.UploadsPage
 	for id, u := range s.uploads {
 		if u.bucket == bucket {
-			p.Uploads = append(p.Uploads, lease.StoreUpload{Key: u.key, UploadID: id, Initiated: u.initiatedAt()})
+			p.Uploads = append(p.Uploads, store.Upload{Key: u.key, UploadID: id, Initiated: u.initiatedAt()})
 		}
 	}
 	sort.Slice(p.Uploads, func(i, j int) bool {
@@ -97,39 +98,43 @@ func (s *lifeStore) ListUploads(ctx context.Context, bucket, keyMarker, uploadMa
 	return p, nil
 }
 
-func (s *lifeStore) KeyUploads(ctx context.Context, bucket, key string) ([]lease.StoreUpload, error) {
+func (s *lifeStore) KeyUploads(ctx context.Context, bucket, key string) ([]store.Upload, error) {
 	if s.down.Load() {
 		return nil, errOutage
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	var out []lease.StoreUpload
+	var out []store.Upload
 	for id, u := range s.uploads {
 		if u.bucket == bucket && u.key == key {
-			out = append(out, lease.StoreUpload{Key: u.key, UploadID: id, Initiated: u.initiatedAt()})
+			out = append(out, store.Upload{Key: u.key, UploadID: id, Initiated: u.initiatedAt()})
 		}
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].UploadID < out[j].UploadID })
 	return out, nil
 }
 
-func (s *lifeStore) LastPart(ctx context.Context, bucket, key, uploadID string) (time.Time, error) {
+func (s *lifeStore) LastPart(ctx context.Context, bucket, key, uploadID string) (time.Time, int, error) {
 	if s.slow > 0 {
 		time.Sleep(s.slow)
 	}
 	if s.down.Load() {
-		return time.Time{}, errOutage
+		return time.Time{}, 0, errOutage
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	u, ok := s.uploads[uploadID]
 	if !ok {
-		return time.Time{}, lease.ErrNoSuchUpload
+		return time.Time{}, 0, store.ErrNoSuchUpload
 	}
-	return u.lastPart, nil
+	parts := 0
+	if !u.lastPart.IsZero() {
+		parts = 1
+	}
+	return u.lastPart, parts, nil
 }
 
-func (s *lifeStore) AbortUpload(ctx context.Context, bucket, key, uploadID string) error {
+func (s *lifeStore) AbortMultipartUpload(ctx context.Context, bucket, key, uploadID string) error {
 	if s.down.Load() {
 		return errOutage
 	}
@@ -137,7 +142,7 @@ func (s *lifeStore) AbortUpload(ctx context.Context, bucket, key, uploadID strin
 	defer s.mu.Unlock()
 	s.aborts[uploadID]++
 	if _, ok := s.uploads[uploadID]; !ok {
-		return lease.ErrNoSuchUpload
+		return store.ErrNoSuchUpload
 	}
 	delete(s.uploads, uploadID)
 	return nil
@@ -427,7 +432,7 @@ type gatedAborts struct {
 	arrived chan struct{}
 }
 
-func (g *gatedAborts) AbortUpload(ctx context.Context, bucket, key, uploadID string) error {
+func (g *gatedAborts) AbortMultipartUpload(ctx context.Context, bucket, key, uploadID string) error {
 	g.arrived <- struct{}{}
 	<-ctx.Done()
 	return ctx.Err()

@@ -9,33 +9,34 @@ import (
 
 	"github.com/fencegate/fencegate/lease"
 	"github.com/fencegate/fencegate/meta"
+	"github.com/fencegate/fencegate/store"
 )
 
 // landedStore is a store in which every attempt listed in landed has landed
 // (its bytes at its key, tagged with its id); it counts HEADs per key.
 type landedStore struct {
 	mu     sync.Mutex
-	landed map[[2]string]lease.Object
+	landed map[[2]string]store.Object
 	heads  map[[2]string]int
 	gate   chan struct{} // if not nil, every HEAD waits for it to close
 }
 
 func newLandedStore() *landedStore {
-	return &landedStore{landed: map[[2]string]lease.Object{}, heads: map[[2]string]int{}}
+	return &landedStore{landed: map[[2]string]store.Object{}, heads: map[[2]string]int{}}
 }
 
 func (s *landedStore) land(bucket, key, attempt string, size int64) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.landed[[2]string{bucket, key}] = lease.Object{Exists: true, ETag: "etag-" + attempt[:8], Size: size, AttemptID: attempt}
+	s.landed[[2]string{bucket, key}] = store.Object{Exists: true, ETag: "etag-" + attempt[:8], Size: size, AttemptID: attempt}
 }
 
-func (s *landedStore) Head(ctx context.Context, bucket, key string) (lease.Object, error) {
+func (s *landedStore) Head(ctx context.Context, bucket, key string) (store.Object, error) {
 	if s.gate != nil {
 		select {
 		case <-s.gate:
 		case <-ctx.Done():
-			return lease.Object{}, ctx.Err()
+			return store.Object{}, ctx.Err()
 		}
 	}
 	s.mu.Lock()

@@ -2,31 +2,16 @@ package lease
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strings"
 	"time"
+
+	"github.com/fencegate/fencegate/store"
 )
-
-// Object is what the store holds at a key, as a HEAD shows it.
-type Object struct {
-	Exists    bool
-	ETag      string // without quotes
-	Size      int64
-	AttemptID string // fencegate's attribution metadata, "" if none
-	// Checksum is the object's full checksums as the store reports them
-	// ("crc32:<base64>", "sha256:<base64>", ...), space separated (a store
-	// may report several), "" if it reports none.
-	Checksum string
-}
-
-// ErrNoSuchBucket: the store has no bucket of that name; a write to it is
-// refused (S3's 404 NoSuchBucket), nothing sent.
-var ErrNoSuchBucket = errors.New("no such bucket")
 
 // Store is the storage I/O settling needs.
 type Store interface {
-	Head(ctx context.Context, bucket, key string) (Object, error)
+	Head(ctx context.Context, bucket, key string) (store.Object, error)
 }
 
 // headTimeout bounds the HEAD that attributes a key's bytes.
@@ -131,7 +116,7 @@ func fenceOf(e *Entry) Fence {
 
 // record commits what the HEAD found, if the catalog does not already say it,
 // and returns the attempt it adopted ("" if none).
-func (l *Lease) record(ctx context.Context, e *Entry, unresolved []Attempt, obj Object) (string, error) {
+func (l *Lease) record(ctx context.Context, e *Entry, unresolved []Attempt, obj store.Object) (string, error) {
 	m := l.m
 	p := CommitParams{Bucket: l.Bucket, Key: l.Key, Holder: l.AttemptID}
 	kind := ""
@@ -225,7 +210,7 @@ func (l *Lease) closePastHorizon(ctx context.Context, unresolved []Attempt, adop
 // attemptOnBytes finds this key's attempt whose id the bytes carry: among the
 // unresolved ones, or any other (one lookup), so that record can tell a landing
 // to adopt from an earlier generation's bytes and from foreign ones.
-func (l *Lease) attemptOnBytes(ctx context.Context, unresolved []Attempt, obj Object) (Attempt, bool) {
+func (l *Lease) attemptOnBytes(ctx context.Context, unresolved []Attempt, obj store.Object) (Attempt, bool) {
 	if obj.AttemptID == "" {
 		return Attempt{}, false
 	}
@@ -261,7 +246,7 @@ func uploadTry(upload Attempt, unresolved []Attempt) (Attempt, bool) {
 // retired as failed (the documented ETag limit, or a fence that reopened):
 // bytes never lie about who wrote them. They must be what it declared: its
 // size, and its checksum when both it and the store know one.
-func adoptable(a Attempt, obj Object) bool {
+func adoptable(a Attempt, obj store.Object) bool {
 	unresolved := a.State == StateUnknown || a.State == StateLeased
 	if !unresolved && a.State != StateFailed {
 		return false

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"sort"
 	"time"
+
+	"github.com/fencegate/fencegate/store"
 )
 
 // CreateSlack widens a Create's window (its attempt's row written before the
@@ -101,7 +103,7 @@ func (s *Service) bindKey(ctx context.Context, atts []UploadWithoutID) Counts {
 		c.Failed += len(atts) // the claims run out; tried again later
 		return c
 	}
-	var free []StoreUpload
+	var free []store.Upload
 	for _, u := range ups {
 		if !bound[u.UploadID] && u.Key == key {
 			free = append(free, u)
@@ -125,7 +127,7 @@ func (s *Service) bindKey(ctx context.Context, atts []UploadWithoutID) Counts {
 	return c
 }
 
-func (s *Service) bindAttempt(ctx context.Context, a UploadWithoutID, free *[]StoreUpload) Counts {
+func (s *Service) bindAttempt(ctx context.Context, a UploadWithoutID, free *[]store.Upload) Counts {
 	for i, u := range *free {
 		if !mayHaveCreated(a, u.Initiated) {
 			continue

@@ -8,6 +8,7 @@ import (
 
 	"github.com/fencegate/fencegate/lease"
 	"github.com/fencegate/fencegate/meta"
+	"github.com/fencegate/fencegate/store"
 )
 
 // unboundAttempt records a multipart attempt whose Create left no upload id:
@@ -98,7 +99,7 @@ func TestUnboundUploadsAreBound(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ids := func(ups []lease.StoreUpload) string {
+	ids := func(ups []store.Upload) string {
 		var out []string
 		for _, u := range ups {
 			out = append(out, u.UploadID)

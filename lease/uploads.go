@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"time"
+
+	"github.com/fencegate/fencegate/store"
 )
 
 // uploadsBatch first binds multipart attempts whose Create left no upload id
@@ -86,9 +88,9 @@ func (s *Service) retryUpload(ctx context.Context, u AbandonedUpload, err error)
 func (s *Service) cleanUpload(ctx context.Context, u AbandonedUpload) outcome {
 	ictx, cancel := context.WithTimeout(ctx, itemBudget)
 	defer cancel()
-	last, err := s.store.LastPart(ictx, u.Bucket, u.Key, u.UploadID)
+	last, _, err := s.store.LastPart(ictx, u.Bucket, u.Key, u.UploadID)
 	switch {
-	case errors.Is(err, ErrNoSuchUpload):
+	case errors.Is(err, store.ErrNoSuchUpload):
 		// Gone from the store: completed or aborted around the gateway. The
 		// key is settled so any bytes it published are recorded.
 		if err := s.m.SettleKey(ictx, u.Bucket, u.Key, s.store, false); err != nil && !errors.Is(err, ErrBusy) {
@@ -138,7 +140,7 @@ func (s *Service) cleanUpload(ctx context.Context, u AbandonedUpload) outcome {
 		case <-actx.Done():
 		}
 	}()
-	if err := s.store.AbortUpload(actx, u.Bucket, u.Key, u.UploadID); err != nil && !errors.Is(err, ErrNoSuchUpload) {
+	if err := s.store.AbortMultipartUpload(actx, u.Bucket, u.Key, u.UploadID); err != nil && !errors.Is(err, store.ErrNoSuchUpload) {
 		return s.retryUpload(ctx, u, err)
 	}
 	idle := "created " + u.CreatedAt.UTC().Format(time.RFC3339)

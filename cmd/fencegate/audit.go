@@ -9,8 +9,8 @@ import (
 	"strings"
 	"text/tabwriter"
 
-	"github.com/fencegate/fencegate/gateway"
 	"github.com/fencegate/fencegate/lease"
+	"github.com/fencegate/fencegate/store"
 )
 
 const auditUsage = `usage: fencegate audit [flags] BUCKET
@@ -56,7 +56,7 @@ func cmdAudit(ctx context.Context, args []string) error {
 	}
 	defer tool.close()
 	st, leases, tracker := tool.store, tool.leases, tool.tracker
-	ls := gateway.LifecycleStore(st)
+	ls := st
 	aud := lease.Auditor{DB: tracker.Catalog, Store: ls, DBTimeout: cfg.Lease.DBTimeout}
 	var findings []lease.Finding
 	marker, after := "", ""
@@ -79,7 +79,7 @@ func cmdAudit(ctx context.Context, args []string) error {
 		}
 		for _, k := range []struct {
 			kind string
-			ups  []lease.StoreUpload
+			ups  []store.Upload
 		}{{lease.ForeignUpload, foreign}, {lease.UnboundUpload, unbound}} {
 			for _, u := range k.ups {
 				if strings.HasPrefix(u.Key, prefix) {

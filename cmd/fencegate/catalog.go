@@ -9,11 +9,10 @@ import (
 
 	"golang.org/x/sync/errgroup"
 
-	"github.com/fencegate/fencegate/gateway"
-	"github.com/fencegate/fencegate/gateway/store"
 	"github.com/fencegate/fencegate/internal/wiring"
 	"github.com/fencegate/fencegate/lease"
 	"github.com/fencegate/fencegate/meta"
+	"github.com/fencegate/fencegate/store"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
@@ -58,7 +57,7 @@ func cmdCatalog(ctx context.Context, args []string) error {
 		return fmt.Errorf("open a session: %w", err)
 	}
 	defer func() { _ = leases.EndSession(context.Background()) }()
-	settler := gateway.LeaseStore(st)
+	settler := st
 	var settled, failed atomic.Int64
 	start := time.Now()
 	err = st.ListKeys(ctx, bucket, func(keys []string) error {

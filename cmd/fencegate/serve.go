@@ -11,10 +11,10 @@ import (
 	"time"
 
 	"github.com/fencegate/fencegate/gateway"
-	"github.com/fencegate/fencegate/gateway/store"
 	"github.com/fencegate/fencegate/internal/wiring"
 	"github.com/fencegate/fencegate/lease"
 	"github.com/fencegate/fencegate/meta"
+	"github.com/fencegate/fencegate/store"
 )
 
 // serveConfig is everything `fencegate serve` reads from flags and FENCEGATE_*.
@@ -266,7 +266,7 @@ func runServe(ctx context.Context, cfg serveConfig, started func(s3Addr, adminAd
 	if err := probeStore(ctx, srv, cfg, log); err != nil {
 		return err
 	}
-	svc, err := lease.NewService(cfg.lifecycle(), leases, tracker.Catalog, gateway.LifecycleStore(srv.Store()), log)
+	svc, err := lease.NewService(cfg.lifecycle(), leases, tracker.Catalog, srv.Store(), log)
 	if err != nil {
 		return err
 	}
