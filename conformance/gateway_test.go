@@ -155,12 +155,12 @@ func startGateway(t *testing.T, o gatewayOptions) *testGateway {
 		t.Cleanup(own.Close)
 		pool = own
 	}
-	leases, tracker := wiring.Protocol(pool, o.Lease)
+	leases, catalog := wiring.Protocol(pool, o.Lease)
 	leases.Hooks = o.Hooks
 	if !o.NoWakeups {
 		w := o.Wakeups
 		if w == nil {
-			w = tracker.Catalog
+			w = catalog
 		}
 		go func() { _ = leases.ListenForReleases(ctx, w) }()
 	}
@@ -168,7 +168,7 @@ func startGateway(t *testing.T, o gatewayOptions) *testGateway {
 		Log:     slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: logLevel})),
 		Keys:    wiring.KeySource{Keys: keys},
 		Leases:  leases,
-		Tracker: tracker,
+		Buckets: wiring.Buckets{Catalog: catalog},
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -180,7 +180,7 @@ func startGateway(t *testing.T, o gatewayOptions) *testGateway {
 			lc = *o.Lifecycle
 		}
 		lc.Interval = o.Reconcile
-		svc, err = lease.NewService(lc, leases, tracker.Catalog, srv.Store(), nil)
+		svc, err = lease.NewService(lc, leases, catalog, srv.Store(), nil)
 		if err != nil {
 			t.Fatal(err)
 		}

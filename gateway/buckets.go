@@ -16,12 +16,12 @@ import (
 // createBucket passes CreateBucket through; a bucket created through
 // fencegate is complete (every key in it is known).
 func (s *Server) createBucket(ctx *fasthttp.RequestCtx, r *request) *apiError {
-	return s.forwardBucketChange(ctx, r, s.deps.Tracker.BucketCreated)
+	return s.forwardBucketChange(ctx, r, s.deps.Buckets.BucketCreated)
 }
 
 // deleteBucket passes DeleteBucket through; a deleted bucket is forgotten.
 func (s *Server) deleteBucket(ctx *fasthttp.RequestCtx, r *request) *apiError {
-	return s.forwardBucketChange(ctx, r, s.deps.Tracker.BucketDeleted)
+	return s.forwardBucketChange(ctx, r, s.deps.Buckets.BucketDeleted)
 }
 
 // forwardBucketChange forwards the request and, when the store did it,

@@ -68,7 +68,8 @@ func (s *Server) copyObject(ctx *fasthttp.RequestCtx, r *request) *apiError {
 	defer u.finish(r)
 	declared := info.Size
 	return s.writeKey(ctx, r, u, keyWrite{
-		op: "copy", declared: declared, clientCond: hasClientCondition(r), otherCond: hasConditionBesideFence(r),
+		WriteRequest: lease.WriteRequest{Kind: lease.KindCopy, DeclaredSize: declared,
+			ClientConditional: hasClientCondition(r), OtherCondition: hasConditionBesideFence(r)},
 		prepare: func(u *upstream, id string) *apiError {
 			h := u.req.Header
 			if !replace {

@@ -11,6 +11,7 @@ import (
 	"github.com/valyala/fasthttp"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/fencegate/fencegate/lease"
 	"github.com/fencegate/fencegate/sigv4"
 	"github.com/fencegate/fencegate/store"
 )
@@ -164,10 +165,12 @@ func (s *Server) deleteOne(r *request, key, version, etag string, wait bool) del
 	if etag != "" && version != "" {
 		req.Header.Set("If-Match", quoteETag(etag))
 	}
-	o := s.keyedWrite(nil, r, u, keyWrite{op: "delete", key: key, declared: -1, noWait: !wait, version: version != "",
-		entryETag: etag, acknowledge: deleted})
+	o := s.keyedWrite(nil, r, u, keyWrite{
+		WriteRequest: lease.WriteRequest{Kind: lease.KindDelete, Key: key, DeclaredSize: -1, NoWait: !wait,
+			Version: version != "", EntryETag: etag},
+		acknowledge: deleted})
 	switch {
-	case o.busy:
+	case o.Busy:
 		res.busy = true
 		return res
 	case o.e != nil:

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/xml"
+	"errors"
 	"io"
 	"net/http"
 	"strconv"
@@ -16,22 +17,11 @@ import (
 	"github.com/fencegate/fencegate/store"
 )
 
-// Tracker is the catalog bookkeeping that takes no key lease: buckets, and
-// multipart uploads (an upload is an attempt from Create on; only its Complete
-// publishes, under the key's lease).
-type Tracker interface {
+// Buckets is the catalog's record of buckets: created (complete: nothing in
+// it the catalog does not know) and deleted.
+type Buckets interface {
 	BucketCreated(ctx context.Context, bucket string) error
 	BucketDeleted(ctx context.Context, bucket string) error
-	UploadStarted(ctx context.Context, bucket, key, attemptID string) error
-	UploadCreated(ctx context.Context, attemptID, uploadID string) error
-	UploadFailed(ctx context.Context, attemptID string) error
-	// UploadUnknown: CreateMultipartUpload's outcome is not known (no answer,
-	// a 5xx): an upload may exist at the store, for the reconciler to find.
-	UploadUnknown(ctx context.Context, attemptID, reason string) error
-	UploadAborted(ctx context.Context, uploadID string) error
-	// UploadAttempt finds an upload's attempt; ok is false for an upload
-	// fencegate did not create.
-	UploadAttempt(ctx context.Context, uploadID string) (a lease.Upload, ok bool, err error)
 }
 
 const maxResultBody = 1 << 20
@@ -107,64 +97,51 @@ func (s *Server) dbctx() (context.Context, context.CancelFunc) {
 	return context.WithTimeout(context.Background(), s.leases.Config().DBTimeout)
 }
 
-// createUpload records the upload as an attempt before the store sees it (W1),
-// and tags the object-to-be with the attempt id.
+// createUpload sends a CreateMultipartUpload under the protocol
+// (lease.CreateUpload): its attempt is recorded before the store sees it
+// (W1), and the object-to-be is tagged with the attempt id.
 func (s *Server) createUpload(ctx *fasthttp.RequestCtx, r *request) *apiError {
-	id := lease.NewID()
-	dctx, cancel := s.dbctx()
-	err := s.deps.Tracker.UploadStarted(dctx, r.bucket, r.key, id)
-	cancel()
-	if err != nil {
+	var resp *http.Response
+	var u *upstream
+	defer func() {
+		if u != nil {
+			u.finish(r) // after the relay: it ends the upstream request
+		}
+	}()
+	err := s.leases.CreateUpload(context.Background(), r.bucket, r.key, func(id string) lease.Created {
+		var e *apiError
+		if u, e = s.buildUpstream(ctx, r); e != nil {
+			return lease.Created{NotSent: true, Err: e}
+		}
+		u.req.Header.Set(store.AttemptHeader, id)
+		var ans lease.Created
+		if resp, e = s.roundTrip(ctx, r, u); e != nil {
+			ans.Err = e
+			return ans
+		}
+		ans.Status = resp.StatusCode
+		if resp.StatusCode == http.StatusOK {
+			body, e := readResult(resp)
+			if e != nil {
+				ans.AnswerErr = e
+			}
+			ans.UploadID = xmlElement(body, "UploadId")
+		}
+		return ans
+	})
+	var e *apiError
+	switch {
+	case errors.As(err, &e):
+		drain(resp)
+		return e
+	case errors.Is(err, lease.ErrUploadUnrecorded):
+		s.deps.Log.Error("could not record a multipart upload's id", "request_id", r.id, "err", err)
+	case err != nil:
 		s.deps.Log.Error("could not record a multipart upload", "request_id", r.id, "err", err)
+		drain(resp)
 		return errInternal
 	}
-	u, e := s.buildUpstream(ctx, r)
-	if e != nil {
-		s.uploadFailed(id)
-		return e
-	}
-	defer u.finish(r)
-	u.req.Header.Set(store.AttemptHeader, id)
-	resp, e := s.roundTrip(ctx, r, u)
-	if e != nil {
-		s.uploadUnknown(id, "no answer from the store: "+e.Code)
-		return e
-	}
-	switch {
-	case resp.StatusCode >= 500:
-		s.uploadUnknown(id, "the store answered "+resp.Status)
-		return s.relay(ctx, r, resp)
-	case resp.StatusCode != http.StatusOK:
-		s.uploadFailed(id)
-		return s.relay(ctx, r, resp)
-	}
-	body, e := readResult(resp)
-	if e != nil {
-		s.uploadUnknown(id, "the store's success answer carried an error: "+e.Code)
-		return e
-	}
-	uploadID := xmlElement(body, "UploadId")
-	dctx, cancel = s.dbctx()
-	err = s.deps.Tracker.UploadCreated(dctx, id, uploadID)
-	cancel()
-	if err != nil {
-		s.deps.Log.Error("could not record a multipart upload's id", "request_id", r.id, "upload_id", uploadID, "err", err)
-	}
 	return s.relay(ctx, r, resp)
-}
-
-func (s *Server) uploadFailed(id string) {
-	dctx, cancel := s.dbctx()
-	defer cancel()
-	_ = s.deps.Tracker.UploadFailed(dctx, id)
-}
-
-func (s *Server) uploadUnknown(id, reason string) {
-	dctx, cancel := s.dbctx()
-	defer cancel()
-	if err := s.deps.Tracker.UploadUnknown(dctx, id, reason); err != nil {
-		s.deps.Log.Warn("could not record a multipart upload's unknown outcome; it stays open", "attempt", id, "err", err)
-	}
 }
 
 // abortUpload passes the abort through and records it.
@@ -173,9 +150,7 @@ func (s *Server) abortUpload(ctx *fasthttp.RequestCtx, r *request) *apiError {
 		return e
 	}
 	if ctx.Response.StatusCode()/100 == 2 {
-		dctx, cancel := s.dbctx()
-		defer cancel()
-		_ = s.deps.Tracker.UploadAborted(dctx, string(ctx.QueryArgs().Peek("uploadId")))
+		_ = s.leases.UploadAborted(context.Background(), string(ctx.QueryArgs().Peek("uploadId")))
 	}
 	return nil
 }
@@ -190,9 +165,7 @@ func (s *Server) completeUpload(ctx *fasthttp.RequestCtx, r *request) *apiError 
 		// look it up.
 		return errNoSuchUpload
 	}
-	dctx, cancel := s.dbctx()
-	a, tracked, err := s.deps.Tracker.UploadAttempt(dctx, uploadID)
-	cancel()
+	a, tracked, err := s.leases.UploadByID(context.Background(), uploadID)
 	if err != nil {
 		return errInternal
 	}
@@ -208,7 +181,8 @@ func (s *Server) completeUpload(ctx *fasthttp.RequestCtx, r *request) *apiError 
 		return errMalformedXML
 	}
 	w := keyWrite{
-		op: "complete", declared: -1, clientCond: hasClientCondition(r), otherCond: hasConditionBesideFence(r),
+		WriteRequest: lease.WriteRequest{Kind: lease.KindComplete, DeclaredSize: -1,
+			ClientConditional: hasClientCondition(r), OtherCondition: hasConditionBesideFence(r)},
 		acknowledge: func(resp *http.Response) (lease.Landed, *apiError) {
 			body, e := readResult(resp)
 			if e != nil {
@@ -225,13 +199,14 @@ func (s *Server) completeUpload(ctx *fasthttp.RequestCtx, r *request) *apiError 
 		},
 	}
 	if tracked {
-		w.uploadAttempt = a.AttemptID
-		w.afterSettle = func() (bool, *apiError) {
-			dctx, cancel := s.dbctx()
-			a, _, err := s.deps.Tracker.UploadAttempt(dctx, uploadID)
-			cancel()
+		w.UploadAttempt = a.AttemptID
+		w.Settled = func() (bool, error) {
+			a, _, err := s.leases.UploadByID(context.Background(), uploadID)
 			if err == nil && a.Published() {
-				return true, s.completedAlready(ctx, r, a)
+				if e := s.completedAlready(ctx, r, a); e != nil {
+					return false, e
+				}
+				return true, nil
 			}
 			return false, nil
 		}

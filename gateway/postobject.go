@@ -218,7 +218,7 @@ func (s *Server) postObject(ctx *fasthttp.RequestCtx, r *request) *apiError {
 		checksum = store.ChecksumValue(u.trailerName, v)
 	}
 	o := s.keyedWrite(ctx, r, u, keyWrite{
-		op: "put", key: r.key, declared: n, checksum: checksum,
+		WriteRequest: lease.WriteRequest{Kind: lease.KindPut, Key: r.key, DeclaredSize: n, Checksum: checksum},
 		prepare: func(u *upstream, id string) *apiError {
 			u.req.Header.Set(store.AttemptHeader, id)
 			return nil
@@ -236,7 +236,7 @@ func (s *Server) postObject(ctx *fasthttp.RequestCtx, r *request) *apiError {
 	etag := o.resp.Header.Get("ETag")
 	version := o.resp.Header.Get("X-Amz-Version-Id")
 	drain(o.resp)
-	s.postAnswer(ctx, r, post, etag, version, o.gen)
+	s.postAnswer(ctx, r, post, etag, version, o.Generation)
 	return nil
 }
 

@@ -150,10 +150,11 @@ type Check struct {
 type Deps struct {
 	Log  *slog.Logger
 	Keys KeySource
-	// Leases runs the write protocol and Tracker its bookkeeping that takes no
-	// lease; both are required: no write passes through unfenced.
+	// Leases runs the write protocol (keyed writes and multipart uploads'
+	// attempts) and Buckets records bucket changes; both are required: no
+	// write passes through unfenced.
 	Leases    *lease.Manager
-	Tracker   Tracker
+	Buckets   Buckets
 	Readiness []Check
 }
 
@@ -218,8 +219,8 @@ func New(ctx context.Context, cfg Config, deps Deps) (*Server, error) {
 	s.cors = &corsCache{ttl: cfg.CORSCacheTTL, fallback: defaultCORS(cfg.CORSAllowOrigins),
 		fetch: s.store.BucketCORS, now: time.Now, entries: map[string]*corsEntry{}}
 	s.deps.Readiness = append(s.deps.Readiness, Check{Name: "store", Run: s.store.Ping})
-	if deps.Leases == nil || deps.Tracker == nil {
-		return nil, errors.New("the gateway needs the write protocol: Deps.Leases and Deps.Tracker")
+	if deps.Leases == nil || deps.Buckets == nil {
+		return nil, errors.New("the gateway needs the write protocol: Deps.Leases and Deps.Buckets")
 	}
 	s.leases = deps.Leases
 	s.leases.Metrics.Register(s.metrics.reg)

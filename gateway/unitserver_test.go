@@ -29,21 +29,13 @@ func (k staticKeys) KeysVersion(context.Context) (int64, error)           { retu
 
 var testKey = AccessKey{ID: "FGTESTKEY00000000000", Secret: "test-secret-0000000000000000000000000000", Grants: []Grant{{Bucket: "*", Perm: PermAdmin}}}
 
-// noCatalog is a Tracker with no database behind it.
+// noCatalog is a bucket record with no database behind it.
 type noCatalog struct{}
 
 var errNoCatalog = errors.New("unit tests have no catalog")
 
-func (noCatalog) BucketCreated(context.Context, string) error                 { return errNoCatalog }
-func (noCatalog) BucketDeleted(context.Context, string) error                 { return errNoCatalog }
-func (noCatalog) UploadStarted(context.Context, string, string, string) error { return errNoCatalog }
-func (noCatalog) UploadCreated(context.Context, string, string) error         { return errNoCatalog }
-func (noCatalog) UploadFailed(context.Context, string) error                  { return errNoCatalog }
-func (noCatalog) UploadUnknown(context.Context, string, string) error         { return errNoCatalog }
-func (noCatalog) UploadAborted(context.Context, string) error                 { return errNoCatalog }
-func (noCatalog) UploadAttempt(context.Context, string) (lease.Upload, bool, error) {
-	return lease.Upload{}, false, errNoCatalog
-}
+func (noCatalog) BucketCreated(context.Context, string) error { return errNoCatalog }
+func (noCatalog) BucketDeleted(context.Context, string) error { return errNoCatalog }
 
 // unitServer is a gateway in front of a store address nothing listens on, and
 // with no database behind its write protocol (a lease manager without a
@@ -75,7 +67,7 @@ func startUnitServer(t *testing.T, configure func(*Config), checks ...Check) *un
 		log = slog.New(slog.NewTextHandler(os.Stderr, nil))
 	}
 	s, err := New(context.Background(), cfg, Deps{Log: log, Keys: staticKeys{testKey}, Readiness: checks,
-		Leases: lease.NewManager(lease.Config{}, nil, nil), Tracker: noCatalog{}})
+		Leases: lease.NewManager(lease.Config{}, nil, nil), Buckets: noCatalog{}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -10,21 +10,23 @@ import (
 // A held lease: renewal and its local deadline, progress reports, and how it
 // ends (Commit, Finish, Close), recording what the write was sent with.
 
-// Lease is a held key lease. It renews itself until Commit or Finish; Lost is
-// closed if it is lost (a renewal failed or the local deadline passed), and the
-// holder must then cancel its upstream request.
+// Lease is a held key lease. It renews itself until Commit or Finish; its
+// Context is cancelled if it is lost (a renewal failed or the local deadline
+// passed), and the holder's upstream request dies with it.
 type Lease struct {
 	m           *Manager
 	Bucket, Key string
 	AttemptID   string
-	Op          string
+	Op          Kind
 	Waited      bool // the key was leased when this writer came, and it waited
 	req         Request
 	// acquiredState is the key's state read with the lease, for the first
 	// Settle; later ones read it again.
 	acquiredState *KeyState
 
-	lost     chan struct{}
+	// ctx is cancelled when the lease is lost (markLost).
+	ctx      context.Context
+	lose     context.CancelFunc
 	lostOnce sync.Once
 	stop     chan struct{}
 	stopOnce sync.Once
@@ -42,7 +44,10 @@ type Lease struct {
 
 func (m *Manager) newLease(req Request, id string, sent time.Time) *Lease {
 	l := &Lease{m: m, Bucket: req.Bucket, Key: req.Key, AttemptID: id, Op: req.Op, req: req,
-		lost: make(chan struct{}), stop: make(chan struct{})}
+		stop: make(chan struct{})}
+	// Cancelled on loss only: its parent is no context, so an unlost lease's
+	// context holds nothing to free.
+	l.ctx, l.lose = context.WithCancel(context.Background())
 	// The local deadline runs on the monotonic clock from the send time of the
 	// call that (re)newed the lease, so it expires no later than the database's.
 	l.timer = time.AfterFunc(time.Until(sent.Add(m.cfg.TTL-m.cfg.Margin)), l.markLost)
@@ -54,22 +59,19 @@ func (m *Manager) newLease(req Request, id string, sent time.Time) *Lease {
 func (l *Lease) markLost() {
 	l.lostOnce.Do(func() {
 		l.m.Metrics.Lost.Inc()
-		close(l.lost)
+		l.lose()
 	})
 }
 
+// Context is cancelled when the lease is lost: what the holder sends under
+// the lease is sent with it, and dies with it (W2).
+func (l *Lease) Context() context.Context { return l.ctx }
+
 // Lost is closed when the lease is lost.
-func (l *Lease) Lost() <-chan struct{} { return l.lost }
+func (l *Lease) Lost() <-chan struct{} { return l.ctx.Done() }
 
 // IsLost reports whether the lease has been lost.
-func (l *Lease) IsLost() bool {
-	select {
-	case <-l.lost:
-		return true
-	default:
-		return false
-	}
-}
+func (l *Lease) IsLost() bool { return l.ctx.Err() != nil }
 
 func (l *Lease) renew() {
 	defer l.renewer.Done()
@@ -82,7 +84,7 @@ func (l *Lease) renew() {
 		select {
 		case <-l.stop:
 			return
-		case <-l.lost:
+		case <-l.ctx.Done():
 			return
 		case <-p.C:
 			l.noteProgress(&seen)
@@ -294,6 +296,14 @@ func (l *Lease) Sending(f Fence, ours bool) {
 	}
 	l.mu.Lock()
 	l.sentWith = &v
+	l.mu.Unlock()
+}
+
+// notSent takes back Sending: the request was refused before any byte
+// went out.
+func (l *Lease) notSent() {
+	l.mu.Lock()
+	l.sentWith = nil
 	l.mu.Unlock()
 }
 

@@ -154,6 +154,13 @@ type Driver interface {
 	// waits, or the lease was lost).
 	CommitHandOver(ctx context.Context, p CommitParams, next AcquireParams) (int64, *Acquired, error)
 	AttemptByID(ctx context.Context, id string) (Attempt, error)
+	// A multipart upload's attempt (multipart.go): recorded open, its
+	// upload id, its Create's outcome (unless already bound), its abort.
+	RecordAttempt(ctx context.Context, a Attempt) error
+	SetUploadID(ctx context.Context, attemptID, uploadID string) error
+	EndCreate(ctx context.Context, attemptID, state, reason string) error
+	AttemptByUpload(ctx context.Context, uploadID string) (Attempt, error)
+	SetState(ctx context.Context, attemptID, from, to, reason string) error
 	MarkDeadUnknown(ctx context.Context, bucket, key string) error
 	// CloseGuards fails unknown attempts past their horizon (settle.go).
 	CloseGuards(ctx context.Context, bucket, key string, ids []string, reason string) error
@@ -208,7 +215,7 @@ func (m *Manager) Config() Config { return m.cfg }
 // Request describes the write that wants a key.
 type Request struct {
 	Bucket, Key string
-	Op          string // put, copy, complete, delete
+	Op          Kind
 	// UploadAttempt is the multipart upload a Complete try publishes (its
 	// attempt id). Every try is a new attempt of its own: a retry never
 	// touches an earlier try's guard or lease.

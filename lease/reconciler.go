@@ -114,7 +114,7 @@ func (r *Reconciler) settleKey(ctx context.Context, bucket, key string) error {
 // what the store holds there. wait: wait (bounded) for a live writer; else give
 // up with ErrBusy, since that writer settles the key itself.
 func (m *Manager) SettleKey(ctx context.Context, bucket, key string, store Store, wait bool) error {
-	l, err := m.Acquire(ctx, Request{Bucket: bucket, Key: key, Op: "settle", NoWait: !wait, settle: true,
+	l, err := m.Acquire(ctx, Request{Bucket: bucket, Key: key, Op: KindSettle, NoWait: !wait, settle: true,
 		DeclaredSize: -1})
 	if err != nil {
 		return err

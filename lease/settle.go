@@ -76,7 +76,7 @@ func (l *Lease) settle(ctx context.Context, store Store, mustHead bool) (Fence, 
 	hctx, cancel := context.WithTimeout(ctx, headTimeout)
 	go func() {
 		select {
-		case <-l.lost:
+		case <-l.ctx.Done():
 			cancel()
 		case <-hctx.Done():
 		}
@@ -128,7 +128,7 @@ func (l *Lease) record(ctx context.Context, e *Entry, unresolved []Attempt, obj 
 		p.Entry = Entry{Deleted: true, Origin: OriginExternal}
 		kind = "deleted_external"
 		for _, a := range unresolved {
-			if a.Op == "delete" {
+			if a.Op == KindDelete {
 				p.Settled, p.SettledState = a.ID, StateAdopted
 				p.Entry.Origin, p.Entry.AttemptID = OriginAdopted, a.ID
 				kind = "deleted_adopted"
@@ -159,7 +159,7 @@ func (l *Lease) record(ctx context.Context, e *Entry, unresolved []Attempt, obj 
 			p.Settled, p.SettledState = a.ID, StateAdopted
 			p.Entry.Origin, p.Entry.AttemptID = OriginAdopted, a.ID
 			kind = "adopted"
-		case ours && (a.State == StateCommitted || a.State == StateAdopted || a.Op == "multipart"):
+		case ours && (a.State == StateCommitted || a.State == StateAdopted || a.Op == KindMultipart):
 			// An earlier generation's bytes, current again (a versioned
 			// bucket's newer version was deleted), or an upload of fencegate's
 			// completed straight at the store: found, not written now, but
@@ -231,7 +231,7 @@ func (l *Lease) attemptOnBytes(ctx context.Context, unresolved []Attempt, obj st
 // uploadTry finds, for bytes that carry a multipart upload's attempt id, an
 // unresolved Complete try of that upload.
 func uploadTry(upload Attempt, unresolved []Attempt) (Attempt, bool) {
-	if upload.Op != "multipart" {
+	if upload.Op != KindMultipart {
 		return Attempt{}, false
 	}
 	for _, t := range unresolved {
@@ -251,7 +251,7 @@ func adoptable(a Attempt, obj store.Object) bool {
 	if !unresolved && a.State != StateFailed {
 		return false
 	}
-	if a.Op == "delete" || a.Op == "multipart" || a.DeclaredSize >= 0 && a.DeclaredSize != obj.Size {
+	if a.Op == KindDelete || a.Op == KindMultipart || a.DeclaredSize >= 0 && a.DeclaredSize != obj.Size {
 		return false
 	}
 	return !checksumsDiffer(a.Checksum, obj.Checksum)

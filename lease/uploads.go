@@ -110,7 +110,7 @@ func (s *Service) cleanUpload(ctx context.Context, u AbandonedUpload) outcome {
 		}
 		return outcomeSkipped
 	}
-	l, err := s.m.Acquire(ictx, Request{Bucket: u.Bucket, Key: u.Key, Op: "settle", NoWait: true, settle: true, DeclaredSize: -1})
+	l, err := s.m.Acquire(ictx, Request{Bucket: u.Bucket, Key: u.Key, Op: KindSettle, NoWait: true, settle: true, DeclaredSize: -1})
 	if errors.Is(err, ErrBusy) {
 		// A writer holds the key, perhaps this upload's Complete: leave it.
 		_ = s.dbDo(ctx, func(dctx context.Context) error { return s.db.Unclaim(dctx, u.AttemptID, false) })
@@ -135,7 +135,7 @@ func (s *Service) cleanUpload(ctx context.Context, u AbandonedUpload) outcome {
 	defer cancel()
 	go func() {
 		select {
-		case <-l.lost:
+		case <-l.ctx.Done():
 			cancel()
 		case <-actx.Done():
 		}

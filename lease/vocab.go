@@ -34,7 +34,7 @@ func NewID() string {
 type Attempt struct {
 	ID           string
 	Bucket, Key  string
-	Op           string
+	Op           Kind
 	State        string
 	Gateway      string
 	DeclaredSize int64 // -1: not known

@@ -55,9 +55,9 @@ func cmdAudit(ctx context.Context, args []string) error {
 		return err
 	}
 	defer tool.close()
-	st, leases, tracker := tool.store, tool.leases, tool.tracker
+	st, leases, catalog := tool.store, tool.leases, tool.catalog
 	ls := st
-	aud := lease.Auditor{DB: tracker.Catalog, Store: ls, DBTimeout: cfg.Lease.DBTimeout}
+	aud := lease.Auditor{DB: catalog, Store: ls, DBTimeout: cfg.Lease.DBTimeout}
 	var findings []lease.Finding
 	marker, after := "", ""
 	for {

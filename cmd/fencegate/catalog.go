@@ -50,7 +50,7 @@ func cmdCatalog(ctx context.Context, args []string) error {
 		return err
 	}
 	defer tool.close()
-	st, leases, tracker := tool.store, tool.leases, tool.tracker
+	st, leases, catalog := tool.store, tool.leases, tool.catalog
 	// Its leases belong to a session of its own, like a gateway's: if the
 	// import dies, its keys are free once the session expires.
 	if err := leases.StartSession(ctx); err != nil {
@@ -80,7 +80,7 @@ func cmdCatalog(ctx context.Context, args []string) error {
 	if err != nil {
 		return fmt.Errorf("import stopped after %d keys (%d failed): %w", settled.Load(), failed.Load(), err)
 	}
-	if err := tracker.Catalog.MarkBucket(ctx, bucket, true); err != nil {
+	if err := catalog.MarkBucket(ctx, bucket, true); err != nil {
 		return err
 	}
 	fmt.Printf("imported %d keys of %s in %s; the bucket is marked complete\n", settled.Load(), bucket, time.Since(start).Round(time.Millisecond))
@@ -93,7 +93,7 @@ type tool struct {
 	pool    *pgxpool.Pool
 	store   *store.Client
 	leases  *lease.Manager
-	tracker wiring.Tracker
+	catalog *meta.Catalog
 }
 
 func openTool(ctx context.Context, cfg serveConfig, maxConns int32, name string) (*tool, error) {
@@ -110,8 +110,8 @@ func openTool(ctx context.Context, cfg serveConfig, maxConns int32, name string)
 		pool.Close()
 		return nil, err
 	}
-	leases, tracker := wiring.Protocol(pool, cfg.Lease)
-	return &tool{pool: pool, store: st, leases: leases, tracker: tracker}, nil
+	leases, catalog := wiring.Protocol(pool, cfg.Lease)
+	return &tool{pool: pool, store: st, leases: leases, catalog: catalog}, nil
 }
 
 func (t *tool) close() { t.pool.Close() }

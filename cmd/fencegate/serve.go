@@ -67,8 +67,8 @@ func (c *serveConfig) define(f envFlags) {
 	f.String(&c.BackendSecret, "backend-secret-key", "FENCEGATE_BACKEND_SECRET_ACCESS_KEY", "", "the gateway's own secret key at the store")
 	f.String(&c.BackendRegion, "backend-region", "FENCEGATE_BACKEND_REGION", "us-east-1", "region the gateway signs for at the store")
 	f.String(&c.Domains, "domains", "FENCEGATE_DOMAINS", "", "comma-separated domains for virtual-host addressing (bucket.DOMAIN)")
-	f.String(&c.AnonWrite, "anonymous-write-buckets", "FENCEGATE_ANONYMOUS_WRITE_BUCKETS", "", "comma-separated buckets where requests without credentials may write (PutObject, DeleteObject(s), multipart), through the write protocol; elsewhere they are refused")
-	f.String(&c.CORSOrigins, "cors-allow-origins", "FENCEGATE_CORS_ALLOW_ORIGINS", "", "comma-separated origins (each may hold one '*') allowed every method and header by CORS on buckets without a CORS configuration of their own (empty: none)")
+	f.String(&c.AnonWrite, "anonymous-write-catalog", "FENCEGATE_ANONYMOUS_WRITE_BUCKETS", "", "comma-separated catalog where requests without credentials may write (PutObject, DeleteObject(s), multipart), through the write protocol; elsewhere they are refused")
+	f.String(&c.CORSOrigins, "cors-allow-origins", "FENCEGATE_CORS_ALLOW_ORIGINS", "", "comma-separated origins (each may hold one '*') allowed every method and header by CORS on catalog without a CORS configuration of their own (empty: none)")
 	f.Duration(&c.CORSCacheTTL, "cors-cache-ttl", "FENCEGATE_CORS_CACHE_TTL", 10*time.Second, "how long a bucket's CORS configuration read from the store is used before it is read again")
 	f.Bool(&c.SigV2, "sigv2", "FENCEGATE_SIGV2", true, "accept AWS Signature Version 2 (Authorization: AWS key:signature, and presigned URLs with AWSAccessKeyId, Signature and Expires); false answers them NotImplemented")
 	f.String(&c.TrustedProxies, "trusted-proxies", "FENCEGATE_TRUSTED_PROXIES", "", "comma-separated addresses or CIDRs of reverse proxies whose Forwarded / X-Forwarded-Host, -Proto and -For headers give the Host the client signed, its scheme and its address; from any other address those headers are ignored")
@@ -228,7 +228,7 @@ func runServe(ctx context.Context, cfg serveConfig, started func(s3Addr, adminAd
 			gcfg.TrustedProxies = append(gcfg.TrustedProxies, p)
 		}
 	}
-	leases, tracker := wiring.Protocol(pool, cfg.Lease)
+	leases, catalog := wiring.Protocol(pool, cfg.Lease)
 	// The gateway's session: every key lease it takes names it, and its keys
 	// are free for others once it ends (below, on a clean shutdown) or stops
 	// being extended (a crash, a partition).
@@ -243,12 +243,12 @@ func runServe(ctx context.Context, cfg serveConfig, started func(s3Addr, adminAd
 	if cfg.LeaseListen {
 		// Releases in other gateways of keys this gateway's writers wait
 		// for wake them at once; until ctx ends (shutdown).
-		go func() { _ = leases.ListenForReleases(ctx, tracker.Catalog) }()
+		go func() { _ = leases.ListenForReleases(ctx, catalog) }()
 	}
 	srv, err := gateway.New(ctx, gcfg, gateway.Deps{
 		Log:     log,
 		Leases:  leases,
-		Tracker: tracker,
+		Buckets: wiring.Buckets{Catalog: catalog},
 		Keys:    wiring.KeySource{Keys: &meta.Keys{Pool: pool, Sealer: sealer}},
 		Readiness: []gateway.Check{
 			{Name: "postgres", Run: func(ctx context.Context) error { return pool.Ping(ctx) }},
@@ -266,7 +266,7 @@ func runServe(ctx context.Context, cfg serveConfig, started func(s3Addr, adminAd
 	if err := probeStore(ctx, srv, cfg, log); err != nil {
 		return err
 	}
-	svc, err := lease.NewService(cfg.lifecycle(), leases, tracker.Catalog, srv.Store(), log)
+	svc, err := lease.NewService(cfg.lifecycle(), leases, catalog, srv.Store(), log)
 	if err != nil {
 		return err
 	}

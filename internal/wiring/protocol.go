@@ -16,11 +16,11 @@ func GatewayID() string {
 	return fmt.Sprintf("%s/%d/%s", host, os.Getpid(), meta.NewID()[:8])
 }
 
-// Protocol builds the write protocol's lease manager and bookkeeping on pool.
-func Protocol(pool *pgxpool.Pool, cfg lease.Config) (*lease.Manager, Tracker) {
+// Protocol builds the write protocol's lease manager and the catalog it runs on, on pool.
+func Protocol(pool *pgxpool.Pool, cfg lease.Config) (*lease.Manager, *meta.Catalog) {
 	if cfg.Gateway == "" {
 		cfg.Gateway = GatewayID()
 	}
 	catalog := &meta.Catalog{Pool: pool}
-	return lease.NewManager(cfg, catalog, nil), Tracker{Catalog: catalog, Gateway: cfg.Gateway}
+	return lease.NewManager(cfg, catalog, nil), catalog
 }
