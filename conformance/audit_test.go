@@ -13,7 +13,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/fencegate/fencegate/internal/stack"
-	"github.com/fencegate/fencegate/meta"
+	"github.com/fencegate/fencegate/lease"
 )
 
 // catalogRow is a key's catalog entry.
@@ -207,7 +207,7 @@ func TestAuditReportsPlantedDivergence(t *testing.T) {
 	// different ETag, same attempt id
 	put("etag", "other bytes", map[string]string{"fencegate-attempt": etagRow.Attempt})
 	// same bytes (same ETag), a foreign attempt id
-	put("foreign", "body of foreign", map[string]string{"fencegate-attempt": meta.NewID()})
+	put("foreign", "body of foreign", map[string]string{"fencegate-attempt": lease.NewID()})
 	if got := headETag(t, g.Store, bucket, "foreign"); got != foreignRow.ETag {
 		t.Fatalf("the foreign plant changed the ETag (%s, was %s): it would not isolate the attempt check", got, foreignRow.ETag)
 	}

@@ -115,7 +115,7 @@ func TestAbandonedUploadsSurviveStoreOutage(t *testing.T) {
 		time.Sleep(250 * time.Millisecond)
 	}
 	for _, id := range abandoned {
-		if r := uploadOf(t, id); r.State != meta.StateOpen || !r.Claimed || r.Error == "" {
+		if r := uploadOf(t, id); r.State != lease.StateOpen || !r.Claimed || r.Error == "" {
 			t.Fatalf("upload %s during the outage: %+v, want open, claimed, its error noted", id, r)
 		}
 	}
@@ -136,7 +136,7 @@ func TestAbandonedUploadsSurviveStoreOutage(t *testing.T) {
 		t.Logf("pass %d after the outage: %+v", pass, k.Counts)
 		left := 0
 		for _, id := range abandoned {
-			if uploadOf(t, id).State != meta.StateAborted {
+			if uploadOf(t, id).State != lease.StateAborted {
 				left++
 			}
 		}
@@ -154,7 +154,7 @@ func TestAbandonedUploadsSurviveStoreOutage(t *testing.T) {
 			t.Errorf("abandoned upload %s is still at the store", id)
 		}
 	}
-	if !st[heldID] || uploadOf(t, heldID).State != meta.StateOpen {
+	if !st[heldID] || uploadOf(t, heldID).State != lease.StateOpen {
 		t.Fatalf("the upload whose Complete is held was aborted (at the store: %v, %+v)", st[heldID], uploadOf(t, heldID))
 	}
 	hold.Release()
@@ -168,7 +168,7 @@ func TestAbandonedUploadsSurviveStoreOutage(t *testing.T) {
 		t.Fatalf("done reads %q", body)
 	}
 	svc.RunOnce(ctx)
-	if uploadOf(t, heldID).State != meta.StateCommitted {
+	if uploadOf(t, heldID).State != lease.StateCommitted {
 		t.Fatalf("the held upload is %+v after its Complete, want committed", uploadOf(t, heldID))
 	}
 	audit(t, g.Store, bucket, "done", "held")

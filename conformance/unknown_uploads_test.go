@@ -13,7 +13,6 @@ import (
 
 	"github.com/fencegate/fencegate/internal/faultproxy"
 	"github.com/fencegate/fencegate/lease"
-	"github.com/fencegate/fencegate/meta"
 )
 
 // unboundUpload is the audit's finding for an upload no attempt names yet but
@@ -179,7 +178,7 @@ func TestUnknownUploadCreateIsBound(t *testing.T) {
 		}
 	}
 	as := multipartAttempts(t, bucket, "k")
-	if len(as) != 2 || as[0].State != meta.StateUnknown || as[1].State != meta.StateUnknown || as[0].UploadID != "" || as[1].UploadID != "" {
+	if len(as) != 2 || as[0].State != lease.StateUnknown || as[1].State != lease.StateUnknown || as[0].UploadID != "" || as[1].UploadID != "" {
 		t.Fatalf("attempts %+v: want two unknown, without an upload id", as)
 	}
 	atStore := uploadsAt(t, g, bucket, "k")
@@ -206,7 +205,7 @@ func TestUnknownUploadCreateIsBound(t *testing.T) {
 	})
 	bound := map[string]bool{}
 	for _, a := range as {
-		if a.State != meta.StateOpen {
+		if a.State != lease.StateOpen {
 			t.Errorf("attempt %s bound to %s is %s, want open", a.ID, a.UploadID, a.State)
 		}
 		bound[a.UploadID] = true
@@ -228,7 +227,7 @@ func TestUnknownUploadCreateIsBound(t *testing.T) {
 		UploadIdle: time.Second, RetryAfter: 100 * time.Millisecond})
 	runUploadsUntil(t, clean, "both uploads aborted", 20*time.Second, func() bool {
 		as = multipartAttempts(t, bucket, "k")
-		return as[0].State == meta.StateAborted && as[1].State == meta.StateAborted
+		return as[0].State == lease.StateAborted && as[1].State == lease.StateAborted
 	})
 	if !storeKeyGone(t, g, bucket, "k") {
 		t.Fatalf("the store still has uploads at k: %+v", uploadsAt(t, g, bucket, "k"))
@@ -286,7 +285,7 @@ func TestUnrecordedUploadIDIsBound(t *testing.T) {
 		t.Fatalf("the Create: %q, %v; want the store's answer relayed", cr.id, cr.err)
 	}
 	as := multipartAttempts(t, bucket, "k")
-	if len(as) != 1 || as[0].State != meta.StateOpen || as[0].UploadID != "" {
+	if len(as) != 1 || as[0].State != lease.StateOpen || as[0].UploadID != "" {
 		t.Fatalf("attempts %+v: want one open, its upload id not recorded", as)
 	}
 
@@ -304,7 +303,7 @@ func TestUnrecordedUploadIDIsBound(t *testing.T) {
 		as = multipartAttempts(t, bucket, "k")
 		return as[0].UploadID != ""
 	})
-	if as[0].UploadID != cr.id || as[0].State != meta.StateOpen {
+	if as[0].UploadID != cr.id || as[0].State != lease.StateOpen {
 		t.Fatalf("attempt %+v, want open with the client's upload id %s", as[0], cr.id)
 	}
 	if fs, code := auditJSON(t, g, bucket); len(fs) != 0 || code != 0 {
@@ -314,7 +313,7 @@ func TestUnrecordedUploadIDIsBound(t *testing.T) {
 	clean := lifecycleService(t, g, lease.LifecycleConfig{Kinds: []string{lease.KindUploads}, UploadIdle: time.Second,
 		RetryAfter: 100 * time.Millisecond})
 	runUploadsUntil(t, clean, "the upload aborted", 20*time.Second, func() bool {
-		return multipartAttempts(t, bucket, "k")[0].State == meta.StateAborted
+		return multipartAttempts(t, bucket, "k")[0].State == lease.StateAborted
 	})
 	if !storeKeyGone(t, g, bucket, "k") {
 		t.Fatalf("the store still has uploads at k: %+v", uploadsAt(t, g, bucket, "k"))
@@ -335,7 +334,7 @@ func TestUnknownUploadCreateWithoutUploadFails(t *testing.T) {
 		t.Fatalf("CreateMultipartUpload answered 503 before the store: %+v", r)
 	}
 	as := multipartAttempts(t, bucket, "k")
-	if len(as) != 1 || as[0].State != meta.StateUnknown {
+	if len(as) != 1 || as[0].State != lease.StateUnknown {
 		t.Fatalf("attempts %+v: want one unknown", as)
 	}
 	const settle, giveUp = 300 * time.Millisecond, 3 * time.Second
@@ -343,15 +342,15 @@ func TestUnknownUploadCreateWithoutUploadFails(t *testing.T) {
 		UploadCreateGiveUp: giveUp, UploadIdle: time.Hour, RetryAfter: 100 * time.Millisecond})
 	time.Sleep(settle + 100*time.Millisecond)
 	svc.RunOnce(context.Background())
-	if a := multipartAttempts(t, bucket, "k")[0]; a.State != meta.StateUnknown || a.Tries != 1 {
+	if a := multipartAttempts(t, bucket, "k")[0]; a.State != lease.StateUnknown || a.Tries != 1 {
 		t.Fatalf("after one pass, younger than the give-up age: %+v, want unknown, looked for once", a)
 	}
 	runUploadsUntil(t, svc, "the attempt failed", 20*time.Second, func() bool {
 		as = multipartAttempts(t, bucket, "k")
-		return as[0].State != meta.StateUnknown
+		return as[0].State != lease.StateUnknown
 	})
 	a := as[0]
-	if a.State != meta.StateFailed || !strings.Contains(a.Reason, "no upload at the store") || a.UploadID != "" {
+	if a.State != lease.StateFailed || !strings.Contains(a.Reason, "no upload at the store") || a.UploadID != "" {
 		t.Fatalf("attempt %+v, want failed: no upload at the store", a)
 	}
 	if age := a.Updated.Sub(a.Created); age < giveUp {

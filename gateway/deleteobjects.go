@@ -137,7 +137,7 @@ func (s *Server) deleteObjects(ctx *fasthttp.RequestCtx, r *request) *apiError {
 
 // deleteOne deletes one key (or one version of it) through the write
 // protocol, as its own keyed write. An entry's etag conditions it: fencegate's
-// fence on the key carries it to the store (keyWrite.entryETag); a version's
+// fence on the key carries it to the store (lease.WriteRequest.EntryETag); a version's
 // delete is unfenced, and carries it as its If-Match for the store to judge.
 func (s *Server) deleteOne(r *request, key, version, etag string, wait bool) deleteOutcome {
 	res := deleteOutcome{key: key, version: version}

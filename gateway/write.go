@@ -234,7 +234,7 @@ func (s *Server) putObject(ctx *fasthttp.RequestCtx, r *request) *apiError {
 }
 
 // deleteObject: DeleteObject under the protocol, fenced with If-Match; a
-// versionId makes it a versioned delete (keyWrite.version).
+// versionId makes it a versioned delete (lease.WriteRequest.Version).
 func (s *Server) deleteObject(ctx *fasthttp.RequestCtx, r *request) *apiError {
 	u, e := s.buildUpstream(ctx, r)
 	if e != nil {

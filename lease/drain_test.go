@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/fencegate/fencegate/lease"
-	"github.com/fencegate/fencegate/meta"
 )
 
 // 10,000 abandoned attempts (half unknown, half leased by holders that died;
@@ -32,7 +31,7 @@ func TestDrainAbandonedWork(t *testing.T) {
 	drain(t, m)
 	ctx := context.Background()
 	st := newLifeStore()
-	bucket := "drain-" + meta.NewID()[:8]
+	bucket := "drain-" + lease.NewID()[:8]
 	start := time.Now()
 	rows, err := c.Pool.Query(ctx, `INSERT INTO attempts (attempt_id, bucket, key, op, state, gateway, declared_size, created_at, updated_at)
 		SELECT gen_random_uuid(), $1, 'k' || lpad(i::text, 6, '0'), 'put', CASE WHEN i % 2 = 0 THEN 'unknown' ELSE 'leased' END,

@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/fencegate/fencegate/lease"
-	"github.com/fencegate/fencegate/meta"
 )
 
 // A hot key that one gateway's writers hand each other keeps no other
@@ -22,10 +21,10 @@ func TestOtherGatewayGetsHotKey(t *testing.T) {
 	c := catalog(t)
 	cfg := lease.Config{TTL: 30 * time.Second, WaitMax: 5 * time.Second, WaitPoll: 20 * time.Millisecond}
 	ca, cb := cfg, cfg
-	ca.Gateway, cb.Gateway = "gw-a-"+meta.NewID()[:8], "gw-b-"+meta.NewID()[:8]
+	ca.Gateway, cb.Gateway = "gw-a-"+lease.NewID()[:8], "gw-b-"+lease.NewID()[:8]
 	mA, mB := lease.NewManager(ca, c, nil), lease.NewManager(cb, c, nil)
 	ctx := context.Background()
-	req := lease.Request{Bucket: "b", Key: "hot-" + meta.NewID(), Op: "put", DeclaredSize: 1}
+	req := lease.Request{Bucket: "b", Key: "hot-" + lease.NewID(), Op: "put", DeclaredSize: 1}
 	stop := make(chan struct{})
 	var aWrites atomic.Int64
 	var wg sync.WaitGroup

@@ -23,7 +23,7 @@ func TestHandOverInArrivalOrder(t *testing.T) {
 	waiting := make(chan struct{}, 8)
 	m.Hooks.Waiting = func(string, string) { waiting <- struct{}{} }
 	ctx := context.Background()
-	key := "handover-" + meta.NewID()
+	key := "handover-" + lease.NewID()
 	req := lease.Request{Bucket: "b", Key: key, Op: "put", DeclaredSize: 1}
 	holder, err := m.Acquire(ctx, req)
 	if err != nil {
@@ -81,7 +81,7 @@ type handOverCounting struct {
 	handOvers, handed atomic.Int64
 }
 
-func (c *handOverCounting) CommitHandOver(ctx context.Context, p meta.CommitParams, next meta.AcquireParams) (int64, *meta.Acquired, error) {
+func (c *handOverCounting) CommitHandOver(ctx context.Context, p lease.CommitParams, next lease.AcquireParams) (int64, *lease.Acquired, error) {
 	gen, acq, err := c.Catalog.CommitHandOver(ctx, p, next)
 	c.handOvers.Add(1)
 	if acq != nil {
@@ -103,7 +103,7 @@ func TestCommitHandsTheKeyToTheNextWriter(t *testing.T) {
 			db := &handOverCounting{countingAcquires: countingAcquires{Catalog: c}}
 			m := lease.NewManager(lease.Config{TTL: 30 * time.Second, WaitMax: 20 * time.Second, WaitPoll: 10 * time.Second}, db, nil)
 			ctx := context.Background()
-			req := lease.Request{Bucket: "b", Key: "hand-over-" + meta.NewID(), Op: "put", DeclaredSize: 1}
+			req := lease.Request{Bucket: "b", Key: "hand-over-" + lease.NewID(), Op: "put", DeclaredSize: 1}
 			holder, err := m.Acquire(ctx, req)
 			if err != nil {
 				t.Fatal(err)
@@ -157,7 +157,7 @@ func TestCommitHandsTheKeyToTheNextWriter(t *testing.T) {
 				WHERE l.bucket = $1 AND l.key = $2`, req.Bucket, req.Key).Scan(&holderID, &state); err != nil {
 				t.Fatal(err)
 			}
-			if holderID != l.AttemptID || state != meta.StateLeased {
+			if holderID != l.AttemptID || state != lease.StateLeased {
 				t.Fatalf("the key's holder %s (%s), want the waiter's attempt %s leased", holderID, state, l.AttemptID)
 			}
 			gen2, err := l.Commit(ctx, lease.Landed{ETag: "e2", Size: 1})
@@ -177,7 +177,7 @@ type cancelBeforeHandOver struct {
 	t      *testing.T
 }
 
-func (c *cancelBeforeHandOver) CommitHandOver(ctx context.Context, p meta.CommitParams, next meta.AcquireParams) (int64, *meta.Acquired, error) {
+func (c *cancelBeforeHandOver) CommitHandOver(ctx context.Context, p lease.CommitParams, next lease.AcquireParams) (int64, *lease.Acquired, error) {
 	c.cancel()
 	for deadline := time.Now().Add(10 * time.Second); !c.m.ClaimedHeadWaiting(p.Bucket, p.Key); time.Sleep(time.Millisecond) {
 		if time.Now().After(deadline) {
@@ -198,7 +198,7 @@ func TestClaimedWaiterThatGivesUpReturnsTheKey(t *testing.T) {
 	m := lease.NewManager(lease.Config{TTL: 30 * time.Second, WaitMax: 20 * time.Second, WaitPoll: 10 * time.Second}, db, nil)
 	db.m = m
 	ctx := context.Background()
-	req := lease.Request{Bucket: "b", Key: "give-up-" + meta.NewID(), Op: "put", DeclaredSize: 1}
+	req := lease.Request{Bucket: "b", Key: "give-up-" + lease.NewID(), Op: "put", DeclaredSize: 1}
 	holder, err := m.Acquire(ctx, req)
 	if err != nil {
 		t.Fatal(err)

@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/fencegate/fencegate/lease"
-	"github.com/fencegate/fencegate/meta"
 )
 
 // An unknown attempt stays a guard until its horizon has passed: a settle
@@ -22,13 +21,13 @@ func TestGuardClosedOnlyPastItsHorizon(t *testing.T) {
 	m := lease.NewManager(cfg, c, nil)
 	st := newLandedStore()
 	ctx := context.Background()
-	bucket := "horizon-" + meta.NewID()[:8]
+	bucket := "horizon-" + lease.NewID()[:8]
 	unknown := func(key string) string {
 		l, err := m.Acquire(ctx, lease.Request{Bucket: bucket, Key: key, Op: "put", DeclaredSize: 10})
 		if err != nil {
 			t.Fatal(err)
 		}
-		l.Finish(meta.StateUnknown, "test: the store's answer was lost")
+		l.Finish(lease.StateUnknown, "test: the store's answer was lost")
 		return l.AttemptID
 	}
 	gone, landed := unknown("gone"), unknown("landed")
@@ -37,7 +36,7 @@ func TestGuardClosedOnlyPastItsHorizon(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if s := state(t, c, gone); s != meta.StateUnknown {
+	if s := state(t, c, gone); s != lease.StateUnknown {
 		t.Fatalf("before its horizon a guard whose bytes were not found is %s, want unknown", s)
 	}
 	time.Sleep(cfg.GuardHorizon + 200*time.Millisecond)
@@ -51,7 +50,7 @@ func TestGuardClosedOnlyPastItsHorizon(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if a.State != meta.StateFailed {
+	if a.State != lease.StateFailed {
 		t.Fatalf("past its horizon, the guard is %s, want failed", a.State)
 	}
 	var reason string
@@ -61,7 +60,7 @@ func TestGuardClosedOnlyPastItsHorizon(t *testing.T) {
 	if !strings.HasPrefix(reason, "past its horizon") {
 		t.Fatalf("closed with reason %q", reason)
 	}
-	if s := state(t, c, landed); s != meta.StateAdopted {
+	if s := state(t, c, landed); s != lease.StateAdopted {
 		t.Fatalf("a guard whose bytes the HEAD past its horizon found is %s, want adopted", s)
 	}
 }

@@ -102,15 +102,15 @@ func TestConflictBusyAndRelease(t *testing.T) {
 	if waited := time.Since(start); waited < 200*time.Millisecond {
 		t.Fatalf("gave up after %s, before the bounded wait", waited)
 	}
-	l.Finish(meta.StateFailed, "test")
-	if state(t, c, l.AttemptID) != meta.StateFailed {
+	l.Finish(lease.StateFailed, "test")
+	if state(t, c, l.AttemptID) != lease.StateFailed {
 		t.Fatal("attempt state not recorded")
 	}
 	l2, err := m.Acquire(ctx, req)
 	if err != nil {
 		t.Fatalf("after release: %v", err)
 	}
-	l2.Finish(meta.StateFailed, "test")
+	l2.Finish(lease.StateFailed, "test")
 }
 
 // A holder whose renewals fail loses its lease at the first failed renewal
@@ -149,10 +149,10 @@ func TestLostLeaseTakeoverAndRefusedCommit(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if s := state(t, c, old.AttemptID); s != meta.StateUnknown {
+	if s := state(t, c, old.AttemptID); s != lease.StateUnknown {
 		t.Fatalf("taken-over attempt is %s, want unknown", s)
 	}
-	if _, err := old.Commit(ctx, lease.Landed{ETag: "x", Size: 1}); !errors.Is(err, meta.ErrLeaseLost) {
+	if _, err := old.Commit(ctx, lease.Landed{ETag: "x", Size: 1}); !errors.Is(err, lease.ErrLeaseLost) {
 		t.Fatalf("commit by the old holder: %v, want ErrLeaseLost", err)
 	}
 	gen, err := newer.Commit(ctx, lease.Landed{ETag: "y", Size: 1})
@@ -161,7 +161,7 @@ func TestLostLeaseTakeoverAndRefusedCommit(t *testing.T) {
 	}
 	// No commit proves that an unknown write cannot land (docs/DESIGN.md,
 	// "When a guard ends"): the old attempt stays a guard.
-	if s := state(t, c, old.AttemptID); s != meta.StateUnknown {
+	if s := state(t, c, old.AttemptID); s != lease.StateUnknown {
 		t.Fatalf("the taken-over attempt is %s after a later commit, want unknown", s)
 	}
 }
@@ -178,12 +178,12 @@ func TestLocalDeadlineFiresWhileRenewalHangs(t *testing.T) {
 		WaitMax: time.Second, WaitPoll: 20 * time.Millisecond, DBTimeout: 30 * time.Second}
 	m := lease.NewManager(cfg, drv, nil)
 	ctx := context.Background()
-	req := lease.Request{Bucket: "b", Key: "deadline-" + meta.NewID(), Op: "put", DeclaredSize: 1}
+	req := lease.Request{Bucket: "b", Key: "deadline-" + lease.NewID(), Op: "put", DeclaredSize: 1}
 	l, err := m.Acquire(ctx, req)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer l.Finish(meta.StateFailed, "test")
+	defer l.Finish(lease.StateFailed, "test")
 	defer close(drv.unblock) // before Finish, which waits for the renewer
 	// The last renewal that succeeds is sent no later than here.
 	drv.hang.Store(true)
@@ -271,7 +271,7 @@ func TestFailedReleaseIsTriedAgain(t *testing.T) {
 	}()
 	<-waiting // the second writer found the key held and waits
 	start := time.Now()
-	l.Finish(meta.StateFailed, "test")
+	l.Finish(lease.StateFailed, "test")
 	if err := <-got; err != nil {
 		t.Fatalf("the writer waiting for the key after a failed release: %v (%d releases tried), want the key", err, drv.calls.Load())
 	}
@@ -281,8 +281,8 @@ func TestFailedReleaseIsTriedAgain(t *testing.T) {
 	if n := drv.calls.Load(); n != 3 {
 		t.Errorf("%d releases tried, want 3 (two failed, the third freed the key)", n)
 	}
-	if s := state(t, c, l.AttemptID); s != meta.StateFailed {
+	if s := state(t, c, l.AttemptID); s != lease.StateFailed {
 		t.Errorf("the ended attempt is %s, want failed", s)
 	}
-	l2.Finish(meta.StateFailed, "test")
+	l2.Finish(lease.StateFailed, "test")
 }

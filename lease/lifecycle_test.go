@@ -159,8 +159,8 @@ func (s *lifeStore) abortsOf(id string) int {
 func openUpload(t *testing.T, c *meta.Catalog, st *lifeStore, bucket, key string, idle time.Duration, lastPart time.Time) (attempt, uploadID string) {
 	t.Helper()
 	ctx := context.Background()
-	attempt, uploadID = meta.NewID(), "up-"+meta.NewID()
-	if err := c.RecordAttempt(ctx, meta.Attempt{ID: attempt, Bucket: bucket, Key: key, Op: "multipart", State: meta.StateOpen,
+	attempt, uploadID = lease.NewID(), "up-"+lease.NewID()
+	if err := c.RecordAttempt(ctx, lease.Attempt{ID: attempt, Bucket: bucket, Key: key, Op: "multipart", State: lease.StateOpen,
 		Gateway: "test", DeclaredSize: -1}); err != nil {
 		t.Fatal(err)
 	}
@@ -217,7 +217,7 @@ func TestAbandonedUploads(t *testing.T) {
 	c := catalog(t)
 	m := lease.NewManager(recLease, c, nil)
 	st := newLifeStore()
-	bucket := "up-" + meta.NewID()[:8]
+	bucket := "up-" + lease.NewID()[:8]
 	ctx := context.Background()
 	idle, idleID := openUpload(t, c, st, bucket, "idle", 2*time.Hour, time.Now().Add(-90*time.Minute))
 	active, activeID := openUpload(t, c, st, bucket, "active", 2*time.Hour, time.Now().Add(-time.Minute))
@@ -228,13 +228,13 @@ func TestAbandonedUploads(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	try.Finish(meta.StateUnknown, "test: the Complete's answer was lost")
+	try.Finish(lease.StateUnknown, "test: the Complete's answer was lost")
 	// A Complete of `held` in progress: it holds the key's lease.
 	live, err := m.Acquire(ctx, lease.Request{Bucket: bucket, Key: "completing", Op: "complete", UploadAttempt: held, DeclaredSize: -1})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer live.Finish(meta.StateFailed, "test")
+	defer live.Finish(lease.StateFailed, "test")
 
 	cfg := lease.LifecycleConfig{Kinds: []string{lease.KindUploads}, UploadIdle: time.Hour, RetryAfter: 100 * time.Millisecond, ClaimFor: time.Minute}
 	s := service(t, c, m, st, cfg)
@@ -246,7 +246,7 @@ func TestAbandonedUploads(t *testing.T) {
 		t.Fatalf("outage pass %+v: want the 2 claimable uploads claimed and kept for a retry", k)
 	}
 	for _, id := range []string{idle, active} {
-		if r := claimOf(t, c, id); r.State != meta.StateOpen || !r.Claimed || r.Error == "" {
+		if r := claimOf(t, c, id); r.State != lease.StateOpen || !r.Claimed || r.Error == "" {
 			t.Fatalf("upload %s after the outage pass: %+v, want open, still claimed, its error noted", id, r)
 		}
 	}
@@ -258,23 +258,23 @@ func TestAbandonedUploads(t *testing.T) {
 	}
 	st.down.Store(false)
 	deadline := time.Now().Add(10 * time.Second)
-	for claimOf(t, c, idle).State == meta.StateOpen {
+	for claimOf(t, c, idle).State == lease.StateOpen {
 		if time.Now().After(deadline) {
 			t.Fatalf("the idle upload was never aborted after the outage: %+v", claimOf(t, c, idle))
 		}
 		time.Sleep(100 * time.Millisecond) // the back-off runs out on the database clock
 		s.RunOnce(ctx)
 	}
-	if r := claimOf(t, c, idle); r.State != meta.StateAborted || st.abortsOf(idleID) != 1 {
+	if r := claimOf(t, c, idle); r.State != lease.StateAborted || st.abortsOf(idleID) != 1 {
 		t.Fatalf("idle upload %+v, %d aborts: want aborted once", r, st.abortsOf(idleID))
 	}
-	if r := claimOf(t, c, active); r.State != meta.StateOpen || r.Claimed || st.abortsOf(activeID) != 0 {
+	if r := claimOf(t, c, active); r.State != lease.StateOpen || r.Claimed || st.abortsOf(activeID) != 0 {
 		t.Fatalf("an upload with a recent part: %+v, %d aborts; want open, unclaimed, never aborted", r, st.abortsOf(activeID))
 	}
-	if st.abortsOf(heldID) != 0 || claimOf(t, c, held).State != meta.StateOpen {
+	if st.abortsOf(heldID) != 0 || claimOf(t, c, held).State != lease.StateOpen {
 		t.Fatalf("an upload whose Complete holds the key was aborted")
 	}
-	if st.abortsOf(unknownCID) != 0 || claimOf(t, c, unknownC).State != meta.StateOpen {
+	if st.abortsOf(unknownCID) != 0 || claimOf(t, c, unknownC).State != lease.StateOpen {
 		t.Fatalf("an upload whose Complete is unknown was aborted")
 	}
 	// Metrics per kind and outcome, and the backlog gauges of the last pass.
@@ -300,7 +300,7 @@ func TestAbandonedUploads(t *testing.T) {
 func TestCompetingServicesAbortEachUploadOnce(t *testing.T) {
 	c := catalog(t)
 	st := newLifeStore()
-	bucket := "up2-" + meta.NewID()[:8]
+	bucket := "up2-" + lease.NewID()[:8]
 	const n = 40
 	var ids, uploads []string
 	for i := range n {
@@ -318,7 +318,7 @@ func TestCompetingServicesAbortEachUploadOnce(t *testing.T) {
 	wg.Wait()
 	for i, id := range ids {
 		r := claimOf(t, c, id)
-		if r.State != meta.StateAborted || r.Tries != 1 || st.abortsOf(uploads[i]) != 1 {
+		if r.State != lease.StateAborted || r.Tries != 1 || st.abortsOf(uploads[i]) != 1 {
 			t.Errorf("upload %d: %+v, %d aborts; want aborted after one try, once", i, r, st.abortsOf(uploads[i]))
 		}
 	}
@@ -342,7 +342,7 @@ func TestServiceBatchesAndBudgets(t *testing.T) {
 		}
 	}
 	// The uploads kind gets a slow store: its budget must cut it short.
-	bucket := "slow-" + meta.NewID()[:8]
+	bucket := "slow-" + lease.NewID()[:8]
 	for i := range 30 {
 		openUpload(t, c, st, bucket, fmt.Sprintf("k%02d", i), 2*time.Hour, time.Now())
 	}
@@ -378,7 +378,7 @@ func TestServiceBatchesAndBudgets(t *testing.T) {
 func TestRestartMidPassAbortsEachUploadOnce(t *testing.T) {
 	c := catalog(t)
 	st := newLifeStore()
-	bucket := "restart-" + meta.NewID()[:8]
+	bucket := "restart-" + lease.NewID()[:8]
 	const n = 10
 	var ids, uploads []string
 	for i := range n {
@@ -400,7 +400,7 @@ func TestRestartMidPassAbortsEachUploadOnce(t *testing.T) {
 		second.RunOnce(context.Background())
 		aborted := 0
 		for _, id := range ids {
-			if claimOf(t, c, id).State == meta.StateAborted {
+			if claimOf(t, c, id).State == lease.StateAborted {
 				aborted++
 			}
 		}

@@ -42,7 +42,7 @@ func TestLostAcquireAnswerFreesKey(t *testing.T) {
 	m := lease.NewManager(cfg, drv, nil)
 	other := lease.NewManager(cfg, c, nil)
 	ctx := context.Background()
-	req := lease.Request{Bucket: "b", Key: "lost-acquire-" + meta.NewID(), Op: "put", DeclaredSize: 1}
+	req := lease.Request{Bucket: "b", Key: "lost-acquire-" + lease.NewID(), Op: "put", DeclaredSize: 1}
 	drv.lose.Store(true)
 	if _, err := m.Acquire(ctx, req); err == nil {
 		t.Fatal("the acquire whose answer was lost succeeded")
@@ -55,7 +55,7 @@ func TestLostAcquireAnswerFreesKey(t *testing.T) {
 	if err != nil {
 		t.Fatalf("another writer after a lost acquire answer: %v, want the key (not held until the %s TTL)", err, cfg.TTL)
 	}
-	l.Finish(meta.StateFailed, "test")
+	l.Finish(lease.StateFailed, "test")
 }
 
 // An acquire repeated by the lease's own holder (the first answer was lost,
@@ -64,8 +64,8 @@ func TestLostAcquireAnswerFreesKey(t *testing.T) {
 func TestAcquireRepeatedByItsHolder(t *testing.T) {
 	c := catalog(t)
 	ctx := context.Background()
-	p := lease.AcquireParams{Bucket: "b", Key: "again-" + meta.NewID(), TTL: 30 * time.Second,
-		Attempt: lease.Attempt{ID: meta.NewID(), Op: "put", Gateway: "g", DeclaredSize: 1}}
+	p := lease.AcquireParams{Bucket: "b", Key: "again-" + lease.NewID(), TTL: 30 * time.Second,
+		Attempt: lease.Attempt{ID: lease.NewID(), Op: "put", Gateway: "g", DeclaredSize: 1}}
 	if _, err := c.Acquire(ctx, p); err != nil {
 		t.Fatal(err)
 	}
@@ -73,12 +73,12 @@ func TestAcquireRepeatedByItsHolder(t *testing.T) {
 		t.Fatalf("the holder's repeated acquire: %v, want the lease it holds", err)
 	}
 	other := p
-	other.Attempt.ID = meta.NewID()
+	other.Attempt.ID = lease.NewID()
 	var held *lease.Held
 	if _, err := c.Acquire(ctx, other); !errors.As(err, &held) {
 		t.Fatalf("another writer's acquire: %v, want held", err)
 	}
-	if s := state(t, c, p.Attempt.ID); s != meta.StateLeased {
+	if s := state(t, c, p.Attempt.ID); s != lease.StateLeased {
 		t.Fatalf("the holder's attempt is %s, want leased", s)
 	}
 }

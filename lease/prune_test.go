@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/fencegate/fencegate/lease"
-	"github.com/fencegate/fencegate/meta"
 )
 
 // Pruning removes only what its retention allows: settled attempts older
@@ -17,7 +16,7 @@ func TestPruneRespectsRetention(t *testing.T) {
 	c := catalog(t)
 	m := lease.NewManager(recLease, c, nil)
 	ctx := context.Background()
-	bucket := "prune-" + meta.NewID()[:8]
+	bucket := "prune-" + lease.NewID()[:8]
 	exec := func(sql string, args ...any) {
 		t.Helper()
 		if _, err := c.Pool.Exec(ctx, sql, args...); err != nil {
@@ -25,16 +24,16 @@ func TestPruneRespectsRetention(t *testing.T) {
 		}
 	}
 	attempt := func(key, state string, age time.Duration) string {
-		id := meta.NewID()
+		id := lease.NewID()
 		exec(`INSERT INTO attempts (attempt_id, bucket, key, op, state, gateway, created_at, updated_at)
 			VALUES ($1, $2, $3, 'put', $4, 'test', clock_timestamp() - $5::interval, clock_timestamp() - $5::interval)`,
 			id, bucket, key, state, age.String())
 		return id
 	}
-	oldFailed := attempt("a", meta.StateFailed, 48*time.Hour)
-	newFailed := attempt("a", meta.StateFailed, time.Hour)
-	oldUnknown := attempt("guarded", meta.StateUnknown, 100*24*time.Hour)
-	current := attempt("c", meta.StateCommitted, 48*time.Hour)
+	oldFailed := attempt("a", lease.StateFailed, 48*time.Hour)
+	newFailed := attempt("a", lease.StateFailed, time.Hour)
+	oldUnknown := attempt("guarded", lease.StateUnknown, 100*24*time.Hour)
+	current := attempt("c", lease.StateCommitted, 48*time.Hour)
 	exec(`INSERT INTO catalog (bucket, key, generation, etag, size, attempt_id, origin, committed_at)
 		VALUES ($1, 'c', nextval('generation_seq'), 'e', 1, $2, 'fencegate', clock_timestamp())`, bucket, current)
 	// Lease rows: an idle free one, and one of the guarded key.
@@ -55,7 +54,7 @@ func TestPruneRespectsRetention(t *testing.T) {
 		return n
 	}
 	cfg := lease.LifecycleConfig{Kinds: []string{lease.KindPrune},
-		Retention: meta.Retention{Attempts: 24 * time.Hour, Outbox: time.Hour, Leases: time.Hour}}
+		Retention: lease.Retention{Attempts: 24 * time.Hour, Outbox: time.Hour, Leases: time.Hour}}
 	s := service(t, c, m, newLifeStore(), cfg)
 	// No consumer has acknowledged anything: no outbox row goes.
 	exec(`INSERT INTO reconciler_passes (kind, gateway, started_at, duration_ms, batches, claimed, completed, retried, skipped, failed)

@@ -57,7 +57,7 @@ var recLease = lease.Config{TTL: 5 * time.Second, RenewEvery: time.Second, Margi
 // each, whose bytes landed at st.
 func unknownAttempts(t *testing.T, m *lease.Manager, st *landedStore, n int) (string, []string, []string) {
 	t.Helper()
-	bucket := "rec-" + meta.NewID()[:8]
+	bucket := "rec-" + lease.NewID()[:8]
 	var keys, ids []string
 	for i := range n {
 		k := fmt.Sprintf("k%03d", i)
@@ -66,7 +66,7 @@ func unknownAttempts(t *testing.T, m *lease.Manager, st *landedStore, n int) (st
 			t.Fatal(err)
 		}
 		st.land(bucket, k, l.AttemptID, 10)
-		l.Finish(meta.StateUnknown, "test: the store's answer was lost")
+		l.Finish(lease.StateUnknown, "test: the store's answer was lost")
 		keys, ids = append(keys, k), append(ids, l.AttemptID)
 	}
 	return bucket, keys, ids
@@ -111,13 +111,13 @@ func TestReconcilerSkipsBusyKeys(t *testing.T) {
 	if n := st.headsOf(bucket, keys[0]); n != 0 {
 		t.Fatalf("the reconciler HEADed a key a live writer holds (%d times)", n)
 	}
-	if s := state(t, c, ids[0]); s != meta.StateUnknown {
+	if s := state(t, c, ids[0]); s != lease.StateUnknown {
 		t.Fatalf("the guard is %s while the key was busy, want unknown", s)
 	}
-	if s := state(t, c, live.AttemptID); s != meta.StateLeased {
+	if s := state(t, c, live.AttemptID); s != lease.StateLeased {
 		t.Fatalf("the live writer's attempt is %s, want leased", s)
 	}
-	live.Finish(meta.StateFailed, "test")
+	live.Finish(lease.StateFailed, "test")
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		res, err := r.RunOnce(context.Background())
@@ -132,7 +132,7 @@ func TestReconcilerSkipsBusyKeys(t *testing.T) {
 		}
 		time.Sleep(50 * time.Millisecond) // the claim runs out on the database clock
 	}
-	if s := state(t, c, ids[0]); s != meta.StateAdopted {
+	if s := state(t, c, ids[0]); s != lease.StateAdopted {
 		t.Fatalf("the landed guard is %s after settling, want adopted", s)
 	}
 }
@@ -180,7 +180,7 @@ func TestCompetingReconcilersSettleEachKeyOnce(t *testing.T) {
 		if h := st.headsOf(bucket, k); h != 1 {
 			t.Errorf("%s HEADed %d times, want once", k, h)
 		}
-		if s := state(t, c, ids[i]); s != meta.StateAdopted {
+		if s := state(t, c, ids[i]); s != lease.StateAdopted {
 			t.Errorf("%s's attempt is %s, want adopted", k, s)
 		}
 		var gens int
@@ -234,7 +234,7 @@ func TestReconcilerBatchLimit(t *testing.T) {
 		t.Fatalf("claims per scan %v, want [3 3 1 0]", got)
 	}
 	for _, id := range ids {
-		if s := state(t, c, id); s != meta.StateAdopted {
+		if s := state(t, c, id); s != lease.StateAdopted {
 			t.Errorf("attempt %s is %s, want adopted", id, s)
 		}
 	}

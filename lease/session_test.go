@@ -74,7 +74,7 @@ func TestDeadSessionFreesKeyLease(t *testing.T) {
 	dead := sessionManager(t, drv, "dead")
 	live := sessionManager(t, c, "live")
 	ctx := context.Background()
-	req := lease.Request{Bucket: "b", Key: "session-" + meta.NewID(), Op: "put", DeclaredSize: 1}
+	req := lease.Request{Bucket: "b", Key: "session-" + lease.NewID(), Op: "put", DeclaredSize: 1}
 	old, err := dead.Acquire(ctx, req)
 	if err != nil {
 		t.Fatal(err)
@@ -108,7 +108,7 @@ func TestDeadSessionFreesKeyLease(t *testing.T) {
 		t.Fatalf("the key was free when the holder noticed its session was lost (%v): the local deadline must come first", err)
 	}
 	// The dead gateway takes no writes while its session is down.
-	if _, err := dead.Acquire(ctx, lease.Request{Bucket: "b", Key: "other-" + meta.NewID(), Op: "put", DeclaredSize: 1}); !errors.Is(err, lease.ErrNoSession) {
+	if _, err := dead.Acquire(ctx, lease.Request{Bucket: "b", Key: "other-" + lease.NewID(), Op: "put", DeclaredSize: 1}); !errors.Is(err, lease.ErrNoSession) {
 		t.Fatalf("a write through a gateway without a session: %v, want ErrNoSession", err)
 	}
 
@@ -122,7 +122,7 @@ func TestDeadSessionFreesKeyLease(t *testing.T) {
 	if took > sessionCfg.SessionTimeout+time.Second {
 		t.Fatalf("took over %s after heartbeats stopped: the session timeout is %s", took, sessionCfg.SessionTimeout)
 	}
-	if s := state(t, c, old.AttemptID); s != meta.StateUnknown {
+	if s := state(t, c, old.AttemptID); s != lease.StateUnknown {
 		t.Fatalf("the dead session's attempt is %s after the takeover, want unknown", s)
 	}
 	if n := counterValue(t, live.Metrics.SessionTakeovers); n != 1 {
@@ -131,7 +131,7 @@ func TestDeadSessionFreesKeyLease(t *testing.T) {
 	if n := counterValue(t, live.Metrics.SessionTakeoverDelay); n != 1 {
 		t.Fatalf("takeover delay observations: %v, want 1", n)
 	}
-	if _, err := old.Commit(ctx, lease.Landed{ETag: "x", Size: 1}); !errors.Is(err, meta.ErrLeaseLost) {
+	if _, err := old.Commit(ctx, lease.Landed{ETag: "x", Size: 1}); !errors.Is(err, lease.ErrLeaseLost) {
 		t.Fatalf("commit by the dead session's holder: %v, want ErrLeaseLost", err)
 	}
 	if _, err := newer.Commit(ctx, lease.Landed{ETag: "y", Size: 1}); err != nil {
@@ -147,7 +147,7 @@ func TestCommitRefusedAfterSessionDied(t *testing.T) {
 	drv := &stoppableHeartbeats{Catalog: c}
 	m := sessionManager(t, drv, "paused")
 	ctx := context.Background()
-	req := lease.Request{Bucket: "b", Key: "paused-" + meta.NewID(), Op: "put", DeclaredSize: 1}
+	req := lease.Request{Bucket: "b", Key: "paused-" + lease.NewID(), Op: "put", DeclaredSize: 1}
 	l, err := m.Acquire(ctx, req)
 	if err != nil {
 		t.Fatal(err)
@@ -158,10 +158,10 @@ func TestCommitRefusedAfterSessionDied(t *testing.T) {
 	if ok, err := c.Renew(ctx, req.Bucket, req.Key, l.AttemptID, time.Minute); err != nil || ok {
 		t.Fatalf("renewal under a dead session: %v %v, want refused", ok, err)
 	}
-	if _, err := l.Commit(ctx, lease.Landed{ETag: "x", Size: 1}); !errors.Is(err, meta.ErrLeaseLost) {
+	if _, err := l.Commit(ctx, lease.Landed{ETag: "x", Size: 1}); !errors.Is(err, lease.ErrLeaseLost) {
 		t.Fatalf("commit under a dead session: %v, want ErrLeaseLost", err)
 	}
-	if s := state(t, c, l.AttemptID); s != meta.StateUnknown {
+	if s := state(t, c, l.AttemptID); s != lease.StateUnknown {
 		t.Fatalf("the refused commit's attempt is %s, want unknown", s)
 	}
 }
@@ -173,7 +173,7 @@ func TestLiveSessionKeptAndEndedSessionFreesAtOnce(t *testing.T) {
 	c := catalog(t)
 	holder := sessionManager(t, c, "holder")
 	ctx := context.Background()
-	req := lease.Request{Bucket: "b", Key: "end-" + meta.NewID(), Op: "put", DeclaredSize: 1}
+	req := lease.Request{Bucket: "b", Key: "end-" + lease.NewID(), Op: "put", DeclaredSize: 1}
 	l, err := holder.Acquire(ctx, req)
 	if err != nil {
 		t.Fatal(err)
@@ -219,7 +219,7 @@ func TestLiveSessionKeptAndEndedSessionFreesAtOnce(t *testing.T) {
 		t.Fatalf("the key of an ended session: %v, want free at once", err)
 	}
 	t.Logf("free %s after the session ended", time.Since(start).Round(time.Millisecond))
-	got.Finish(meta.StateFailed, "test")
+	got.Finish(lease.StateFailed, "test")
 }
 
 // A gateway whose session expired while it could not heartbeat opens a new
@@ -233,7 +233,7 @@ func TestSessionReopensAfterExpiry(t *testing.T) {
 	first := m.SessionID()
 	drv.stop.Store(true)
 	time.Sleep(sessionCfg.SessionTimeout + 300*time.Millisecond)
-	req := lease.Request{Bucket: "b", Key: "reopen-" + meta.NewID(), Op: "put", DeclaredSize: 1}
+	req := lease.Request{Bucket: "b", Key: "reopen-" + lease.NewID(), Op: "put", DeclaredSize: 1}
 	if _, err := m.Acquire(ctx, req); !errors.Is(err, lease.ErrNoSession) {
 		t.Fatalf("write while the session is down: %v, want ErrNoSession", err)
 	}

@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/fencegate/fencegate/lease"
-	"github.com/fencegate/fencegate/meta"
 )
 
 // Every try of a CompleteMultipartUpload is an attempt of its own: a retry
@@ -19,9 +18,9 @@ func TestCompleteTriesAreSeparateAttempts(t *testing.T) {
 	cfg := lease.Config{TTL: 1500 * time.Millisecond, RenewEvery: 200 * time.Millisecond, Margin: 500 * time.Millisecond,
 		WaitMax: 5 * time.Second, WaitPoll: 20 * time.Millisecond}
 	ctx := context.Background()
-	key := "tries-" + meta.NewID()
-	upload := meta.NewID()
-	if err := c.RecordAttempt(ctx, meta.Attempt{ID: upload, Bucket: "b", Key: key, Op: "multipart", State: meta.StateOpen,
+	key := "tries-" + lease.NewID()
+	upload := lease.NewID()
+	if err := c.RecordAttempt(ctx, lease.Attempt{ID: upload, Bucket: "b", Key: key, Op: "multipart", State: lease.StateOpen,
 		Gateway: "test", DeclaredSize: -1}); err != nil {
 		t.Fatal(err)
 	}
@@ -43,7 +42,7 @@ func TestCompleteTriesAreSeparateAttempts(t *testing.T) {
 	if second.AttemptID == first.AttemptID || second.AttemptID == upload {
 		t.Fatalf("the retry holds attempt %s (first try %s, upload %s): want an attempt of its own", second.AttemptID, first.AttemptID, upload)
 	}
-	if s := state(t, c, first.AttemptID); s != meta.StateUnknown {
+	if s := state(t, c, first.AttemptID); s != lease.StateUnknown {
 		t.Fatalf("the first try is %s after the takeover, want unknown (it may land)", s)
 	}
 	// The first try's late release frees nothing of the second's.
@@ -54,10 +53,10 @@ func TestCompleteTriesAreSeparateAttempts(t *testing.T) {
 	// The retry is refused by the store; its failure leaves the first try's
 	// guard alone.
 	second.Fail("the store refused the retry")
-	if s := state(t, c, first.AttemptID); s != meta.StateUnknown {
+	if s := state(t, c, first.AttemptID); s != lease.StateUnknown {
 		t.Fatalf("the first try is %s after the retry failed, want unknown", s)
 	}
-	if s := state(t, c, upload); s != meta.StateOpen {
+	if s := state(t, c, upload); s != lease.StateOpen {
 		t.Fatalf("the upload is %s, want open (no try published it)", s)
 	}
 	a, err := c.AttemptByID(ctx, first.AttemptID)

@@ -17,13 +17,13 @@ import (
 func unboundAttempt(t *testing.T, c *meta.Catalog, bucket, key, state string, ago, window time.Duration) (string, time.Time) {
 	t.Helper()
 	ctx := context.Background()
-	id := meta.NewID()
-	if err := c.RecordAttempt(ctx, meta.Attempt{ID: id, Bucket: bucket, Key: key, Op: "multipart", State: meta.StateOpen,
+	id := lease.NewID()
+	if err := c.RecordAttempt(ctx, lease.Attempt{ID: id, Bucket: bucket, Key: key, Op: "multipart", State: lease.StateOpen,
 		Gateway: "test", DeclaredSize: -1}); err != nil {
 		t.Fatal(err)
 	}
-	if state == meta.StateUnknown {
-		if err := c.SetState(ctx, id, meta.StateOpen, meta.StateUnknown, "test: no answer from the store"); err != nil {
+	if state == lease.StateUnknown {
+		if err := c.SetState(ctx, id, lease.StateOpen, lease.StateUnknown, "test: no answer from the store"); err != nil {
 			t.Fatal(err)
 		}
 	} else {
@@ -71,12 +71,12 @@ func TestUnboundUploadsAreBound(t *testing.T) {
 	c := catalog(t)
 	m := lease.NewManager(recLease, c, nil)
 	st := newLifeStore()
-	bucket := "unb-" + meta.NewID()[:8]
+	bucket := "unb-" + lease.NewID()[:8]
 	ctx := context.Background()
 	sec := time.Second
-	a1, c1 := unboundAttempt(t, c, bucket, "k", meta.StateUnknown, 10*time.Minute, sec)
-	a2, c2 := unboundAttempt(t, c, bucket, "k", meta.StateUnknown, 10*time.Minute-2*sec, sec)
-	a3, c3 := unboundAttempt(t, c, bucket, "k", meta.StateOpen, 8*time.Minute, 0)
+	a1, c1 := unboundAttempt(t, c, bucket, "k", lease.StateUnknown, 10*time.Minute, sec)
+	a2, c2 := unboundAttempt(t, c, bucket, "k", lease.StateUnknown, 10*time.Minute-2*sec, sec)
+	a3, c3 := unboundAttempt(t, c, bucket, "k", lease.StateOpen, 8*time.Minute, 0)
 	// An upload of k fencegate recorded, initiated within a1's window: it is
 	// not a1's (its id is another attempt's).
 	_, recorded := openUpload(t, c, st, bucket, "k", time.Minute, time.Time{})
@@ -86,10 +86,10 @@ func TestUnboundUploadsAreBound(t *testing.T) {
 	st.put(bucket, "k", "u2", c2.Add(500*time.Millisecond))
 	st.put(bucket, "k", "u3", c3.Add(2*time.Second))
 	st.put(bucket, "k", "foreign", c1.Add(-20*time.Minute))
-	gone, _ := unboundAttempt(t, c, bucket, "gone", meta.StateUnknown, 20*time.Minute, sec)
-	young, cy := unboundAttempt(t, c, bucket, "young", meta.StateUnknown, 10*time.Second, sec)
+	gone, _ := unboundAttempt(t, c, bucket, "gone", lease.StateUnknown, 20*time.Minute, sec)
+	young, cy := unboundAttempt(t, c, bucket, "young", lease.StateUnknown, 10*time.Second, sec)
 	st.put(bucket, "young", "u-young", cy)
-	late, _ := unboundAttempt(t, c, bucket, "late", meta.StateUnknown, 5*time.Minute, sec)
+	late, _ := unboundAttempt(t, c, bucket, "late", lease.StateUnknown, 5*time.Minute, sec)
 	st.put(bucket, "late", "u-late", time.Now().Add(-time.Minute)) // long after late's Create
 
 	// The audit tells the uploads an unbound attempt may have made from
@@ -117,17 +117,17 @@ func TestUnboundUploadsAreBound(t *testing.T) {
 	}
 	for _, w := range []struct{ attempt, upload string }{{a1, "u1"}, {a2, "u2"}, {a3, "u3"}} {
 		r := boundOf(t, c, w.attempt)
-		if r.State != meta.StateOpen || r.UploadID != w.upload || r.Claimed || r.Tries != 0 {
+		if r.State != lease.StateOpen || r.UploadID != w.upload || r.Claimed || r.Tries != 0 {
 			t.Errorf("attempt bound %+v, want open with %s, unclaimed, tries reset", r, w.upload)
 		}
 	}
-	if r := boundOf(t, c, gone); r.State != meta.StateFailed || !strings.Contains(r.Reason, "no upload at the store") {
+	if r := boundOf(t, c, gone); r.State != lease.StateFailed || !strings.Contains(r.Reason, "no upload at the store") {
 		t.Errorf("the attempt without an upload: %+v, want failed, no upload at the store", r)
 	}
-	if r := boundOf(t, c, young); r.State != meta.StateUnknown || r.Tries != 0 || r.UploadID != "" {
+	if r := boundOf(t, c, young); r.State != lease.StateUnknown || r.Tries != 0 || r.UploadID != "" {
 		t.Errorf("the attempt younger than the settle delay: %+v, want left alone", r)
 	}
-	if r := boundOf(t, c, late); r.State != meta.StateUnknown || r.Tries != 1 || !r.Claimed || r.UploadID != "" {
+	if r := boundOf(t, c, late); r.State != lease.StateUnknown || r.Tries != 1 || !r.Claimed || r.UploadID != "" {
 		t.Errorf("the attempt whose key holds only a later upload: %+v, want unknown, looked for once, claimed for its back-off", r)
 	}
 	var foreignNamed int
@@ -153,20 +153,20 @@ func TestUnboundUploadsSurviveStoreOutage(t *testing.T) {
 	c := catalog(t)
 	m := lease.NewManager(recLease, c, nil)
 	st := newLifeStore()
-	bucket := "unbo-" + meta.NewID()[:8]
+	bucket := "unbo-" + lease.NewID()[:8]
 	ctx := context.Background()
-	a, created := unboundAttempt(t, c, bucket, "k", meta.StateUnknown, 30*time.Minute, time.Second)
+	a, created := unboundAttempt(t, c, bucket, "k", lease.StateUnknown, 30*time.Minute, time.Second)
 	st.put(bucket, "k", "u", created.Add(200*time.Millisecond))
 	svc := service(t, c, m, st, lease.LifecycleConfig{Kinds: []string{lease.KindUploads}, RetryAfter: 100 * time.Millisecond})
 	st.down.Store(true)
 	k := svc.RunOnce(ctx).Kind(lease.KindUploads)
-	if r := boundOf(t, c, a); r.State != meta.StateUnknown || !r.Claimed || r.Error == "" || k.Counts.Retried != 1 {
+	if r := boundOf(t, c, a); r.State != lease.StateUnknown || !r.Claimed || r.Error == "" || k.Counts.Retried != 1 {
 		t.Fatalf("during the outage: %+v (pass %+v), want unknown, claimed, its error noted, retried", r, k.Counts)
 	}
 	st.down.Store(false)
 	time.Sleep(150 * time.Millisecond)
 	svc.RunOnce(ctx)
-	if r := boundOf(t, c, a); r.State != meta.StateOpen || r.UploadID != "u" {
+	if r := boundOf(t, c, a); r.State != lease.StateOpen || r.UploadID != "u" {
 		t.Fatalf("after the outage: %+v, want open with u", r)
 	}
 }

@@ -18,7 +18,7 @@ type countingAcquires struct {
 	n atomic.Int64
 }
 
-func (c *countingAcquires) Acquire(ctx context.Context, p meta.AcquireParams) (*meta.Acquired, error) {
+func (c *countingAcquires) Acquire(ctx context.Context, p lease.AcquireParams) (*lease.Acquired, error) {
 	c.n.Add(1)
 	return c.Catalog.Acquire(ctx, p)
 }
@@ -58,7 +58,7 @@ func TestMeasureCrossGatewayHandOver(t *testing.T) {
 	ctx := context.Background()
 	for i := range 2 * rounds {
 		s := sides[i%2]
-		req := lease.Request{Bucket: "measure", Key: meta.NewID(), Op: "put", DeclaredSize: 1}
+		req := lease.Request{Bucket: "measure", Key: lease.NewID(), Op: "put", DeclaredSize: 1}
 		held, err := a.Acquire(ctx, req)
 		if err != nil {
 			t.Fatal(err)

@@ -9,7 +9,6 @@ import (
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/fencegate/fencegate/lease"
-	"github.com/fencegate/fencegate/meta"
 )
 
 // fakeWakeups is a release listener the test drives: it reports the
@@ -70,8 +69,8 @@ func wakeups(t *testing.T, m *lease.Manager, source string) float64 {
 func twoGateways(t *testing.T, cfgB lease.Config) (a, b *lease.Manager, waiting chan struct{}) {
 	t.Helper()
 	c := catalog(t)
-	a = lease.NewManager(lease.Config{TTL: 30 * time.Second, Gateway: "gw-a-" + meta.NewID()[:8]}, c, nil)
-	cfgB.Gateway = "gw-b-" + meta.NewID()[:8]
+	a = lease.NewManager(lease.Config{TTL: 30 * time.Second, Gateway: "gw-a-" + lease.NewID()[:8]}, c, nil)
+	cfgB.Gateway = "gw-b-" + lease.NewID()[:8]
 	b = lease.NewManager(cfgB, c, nil)
 	waiting = make(chan struct{}, 4)
 	b.Hooks.Waiting = func(string, string) { waiting <- struct{}{} }
@@ -117,7 +116,7 @@ func TestNotificationWakesTheWaiter(t *testing.T) {
 	<-f.started
 	f.up(true)
 	ctx := context.Background()
-	key := "notified-" + meta.NewID()
+	key := "notified-" + lease.NewID()
 	req := lease.Request{Bucket: "b", Key: key, Op: "put", DeclaredSize: 1}
 	held, err := a.Acquire(ctx, req)
 	if err != nil {
@@ -155,7 +154,7 @@ func TestReleaseRightAfterTheRefusalIsNotMissed(t *testing.T) {
 	listenWith(t, b, c)
 	waitMetric(t, "B's listener to subscribe", func() float64 { return gauge(t, b.Metrics.ListenerUp) }, 1)
 	ctx := context.Background()
-	key := "gap-" + meta.NewID()
+	key := "gap-" + lease.NewID()
 	req := lease.Request{Bucket: "b", Key: key, Op: "put", DeclaredSize: 1}
 	held, err := a.Acquire(ctx, req)
 	if err != nil {
@@ -190,7 +189,7 @@ func TestListenerDownWaiterPollsFast(t *testing.T) {
 	<-f.started
 	f.up(true)
 	ctx := context.Background()
-	key := "down-" + meta.NewID()
+	key := "down-" + lease.NewID()
 	req := lease.Request{Bucket: "b", Key: key, Op: "put", DeclaredSize: 1}
 	held, err := a.Acquire(ctx, req)
 	if err != nil {
@@ -221,7 +220,7 @@ func TestListenerBackWakesTheWaiter(t *testing.T) {
 	listenWith(t, b, f)
 	<-f.started // not subscribed yet
 	ctx := context.Background()
-	key := "back-" + meta.NewID()
+	key := "back-" + lease.NewID()
 	req := lease.Request{Bucket: "b", Key: key, Op: "put", DeclaredSize: 1}
 	held, err := a.Acquire(ctx, req)
 	if err != nil {
@@ -249,7 +248,7 @@ func TestWaiterTriesAtItsDeadline(t *testing.T) {
 	cfg.WaitMax, cfg.WaitLimit = 300*time.Millisecond, 300*time.Millisecond
 	a, b, _ := twoGateways(t, cfg)
 	ctx := context.Background()
-	key := "deadline-" + meta.NewID()
+	key := "deadline-" + lease.NewID()
 	req := lease.Request{Bucket: "b", Key: key, Op: "put", DeclaredSize: 1}
 	held, err := a.Acquire(ctx, req)
 	if err != nil {
@@ -308,16 +307,16 @@ func TestWaiterTriesWhenTheHoldersLeaseRunsOut(t *testing.T) {
 	c := catalog(t)
 	drv := &failingRenewals{Catalog: c}
 	a := lease.NewManager(lease.Config{TTL: 1500 * time.Millisecond, RenewEvery: 200 * time.Millisecond,
-		Margin: 500 * time.Millisecond, Gateway: "gw-a-" + meta.NewID()[:8]}, drv, nil)
+		Margin: 500 * time.Millisecond, Gateway: "gw-a-" + lease.NewID()[:8]}, drv, nil)
 	cfgB := slowPolls
-	cfgB.Gateway = "gw-b-" + meta.NewID()[:8]
+	cfgB.Gateway = "gw-b-" + lease.NewID()[:8]
 	b := lease.NewManager(cfgB, c, nil)
 	f := newFakeWakeups()
 	listenWith(t, b, f)
 	<-f.started
 	f.up(true)
 	ctx := context.Background()
-	req := lease.Request{Bucket: "b", Key: "dies-" + meta.NewID(), Op: "put", DeclaredSize: 1}
+	req := lease.Request{Bucket: "b", Key: "dies-" + lease.NewID(), Op: "put", DeclaredSize: 1}
 	dead, err := a.Acquire(ctx, req)
 	if err != nil {
 		t.Fatal(err)
@@ -332,7 +331,7 @@ func TestWaiterTriesWhenTheHoldersLeaseRunsOut(t *testing.T) {
 	if d := time.Since(start); d > 5*time.Second {
 		t.Fatalf("B took the key over after %s: not when A's 1.5 s lease ran out", d)
 	}
-	if s := state(t, c, dead.AttemptID); s != meta.StateUnknown {
+	if s := state(t, c, dead.AttemptID); s != lease.StateUnknown {
 		t.Fatalf("the dead holder's attempt is %s, want unknown (taken over)", s)
 	}
 	if p, n := wakeups(t, b, "poll"), wakeups(t, b, "notify"); p < 1 || n != 0 {

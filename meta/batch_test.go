@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/fencegate/fencegate/internal/testenv"
+	"github.com/fencegate/fencegate/lease"
 )
 
 // holdBatches makes c's batch sender stop before each send until the test
@@ -108,15 +109,15 @@ func TestRefusedCallFailsAlone(t *testing.T) {
 	defer release()
 	blocker := make(chan error, 1)
 	go func() { // holds the sender while the two others queue
-		_, err := c.Acquire(context.Background(), AcquireParams{Bucket: b, Key: "blocker", TTL: time.Minute,
-			Attempt: Attempt{ID: NewID(), Op: "put", Gateway: "gw", DeclaredSize: 1}})
+		_, err := c.Acquire(context.Background(), lease.AcquireParams{Bucket: b, Key: "blocker", TTL: time.Minute,
+			Attempt: lease.Attempt{ID: lease.NewID(), Op: "put", Gateway: "gw", DeclaredSize: 1}})
 		blocker <- err
 	}()
 	<-sends
 	errs := make(chan error, 2)
-	for _, p := range []AcquireParams{
-		{Bucket: b, Key: "good", TTL: time.Minute, Attempt: Attempt{ID: NewID(), Op: "put", Gateway: "gw", DeclaredSize: 1}},
-		{Bucket: b, Key: "bad", TTL: time.Minute, Attempt: Attempt{ID: used, Op: "put", Gateway: "gw", DeclaredSize: 1}},
+	for _, p := range []lease.AcquireParams{
+		{Bucket: b, Key: "good", TTL: time.Minute, Attempt: lease.Attempt{ID: lease.NewID(), Op: "put", Gateway: "gw", DeclaredSize: 1}},
+		{Bucket: b, Key: "bad", TTL: time.Minute, Attempt: lease.Attempt{ID: used, Op: "put", Gateway: "gw", DeclaredSize: 1}},
 	} {
 		go func() {
 			_, err := c.Acquire(context.Background(), p)
@@ -148,7 +149,7 @@ func TestRefusedCallFailsAlone(t *testing.T) {
 	}
 	var state string
 	if err := c.Pool.QueryRow(context.Background(), `SELECT a.state FROM attempts a JOIN leases l ON l.holder = a.attempt_id
-		WHERE l.bucket = $1 AND l.key = 'good'`, b).Scan(&state); err != nil || state != StateLeased {
+		WHERE l.bucket = $1 AND l.key = 'good'`, b).Scan(&state); err != nil || state != lease.StateLeased {
 		t.Errorf("the good writer's attempt: %q, %v; want leased", state, err)
 	}
 }

@@ -33,7 +33,7 @@ type Catalog struct {
 // holder that lost the lease becomes unknown: it may have landed. While
 // another holder is live it returns a *Held error (and writes nothing, except
 // a waiter's mark: see AcquireParams.Wait).
-func (c *Catalog) Acquire(ctx context.Context, p AcquireParams) (*Acquired, error) {
+func (c *Catalog) Acquire(ctx context.Context, p lease.AcquireParams) (*lease.Acquired, error) {
 	mode := "new"
 	if p.NoAttempt {
 		mode = "settle"
@@ -41,11 +41,11 @@ func (c *Catalog) Acquire(ctx context.Context, p AcquireParams) (*Acquired, erro
 	a := p.Attempt
 	var ok bool
 	var deadFor, liveFor *float64
-	var ks *KeyState
+	var ks *lease.KeyState
 	// The key's state rides in the same round trip, read after the lease row
 	// is locked: the writer settles from it (KeyState).
 	err := c.call(ctx, &batchedCall{bucket: p.Bucket, key: p.Key, queue: func(b *pgx.Batch) {
-		ok, deadFor, liveFor, ks = false, nil, nil, &KeyState{}
+		ok, deadFor, liveFor, ks = false, nil, nil, &lease.KeyState{}
 		b.Queue(`SELECT acquired, dead_session_for, holder_live_for FROM fencegate_acquire($1, $2, $3, $4::interval, $5, $6, $7, $8, $9, $10, $11, $12)`,
 			p.Bucket, p.Key, a.ID, p.TTL.String(), mode, a.Op, a.Gateway, nullSize(a.DeclaredSize), a.Checksum, nullID(a.UploadAttempt),
 			nullID(p.Session), p.Wait).
@@ -56,13 +56,13 @@ func (c *Catalog) Acquire(ctx context.Context, p AcquireParams) (*Acquired, erro
 		return nil, err
 	}
 	if !ok {
-		h := &Held{}
+		h := &lease.Held{}
 		if liveFor != nil {
 			h.LiveFor = time.Duration(*liveFor * float64(time.Second))
 		}
 		return nil, h
 	}
-	acq := &Acquired{State: ks}
+	acq := &lease.Acquired{State: ks}
 	if deadFor != nil {
 		acq.TookOverDeadSession = true
 		acq.DeadSessionFor = time.Duration(*deadFor * float64(time.Second))
@@ -108,7 +108,7 @@ func (c *Catalog) HolderProgressing(ctx context.Context, bucket, key string, wit
 
 // Release frees the lease if holder still has it and, in the same transaction,
 // moves the holder's attempt from leased to its ending's state.
-func (c *Catalog) Release(ctx context.Context, bucket, key, holder string, end Ending) error {
+func (c *Catalog) Release(ctx context.Context, bucket, key, holder string, end lease.Ending) error {
 	return pgx.BeginFunc(ctx, c.Pool, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, `UPDATE leases SET holder = NULL, expires_at = NULL, session = NULL
 			WHERE bucket = $1 AND key = $2 AND holder = $3`, bucket, key, holder); err != nil {
@@ -135,8 +135,8 @@ func (c *Catalog) Release(ctx context.Context, bucket, key, holder string, end E
 
 // KeyState reads the catalog row, the unresolved attempts and the bucket's
 // completeness for a key.
-func (c *Catalog) KeyState(ctx context.Context, bucket, key string) (KeyState, error) {
-	var ks KeyState
+func (c *Catalog) KeyState(ctx context.Context, bucket, key string) (lease.KeyState, error) {
+	var ks lease.KeyState
 	b := &pgx.Batch{}
 	queueKeyState(b, bucket, key, &ks)
 	err := c.Pool.SendBatch(ctx, b).Close()
@@ -147,10 +147,10 @@ func (c *Catalog) KeyState(ctx context.Context, bucket, key string) (KeyState, e
 // its unresolved attempts into ks. Consistent without a snapshot: everything
 // that changes these rows for the key happens under the key's lease, which the
 // caller holds.
-func queueKeyState(b *pgx.Batch, bucket, key string, ks *KeyState) {
+func queueKeyState(b *pgx.Batch, bucket, key string, ks *lease.KeyState) {
 	b.Queue(`SELECT generation, etag, size, attempt_id::text, deleted, origin, committed_at
 		FROM catalog WHERE bucket = $1 AND key = $2`, bucket, key).QueryRow(func(row pgx.Row) error {
-		var e Entry
+		var e lease.Entry
 		var etag, attempt *string
 		var size *int64
 		err := row.Scan(&e.Generation, &etag, &size, &attempt, &e.Deleted, &e.Origin, &e.CommittedAt)
@@ -191,12 +191,12 @@ const attemptColumns = `attempt_id::text, bucket, key, op, state, gateway, coale
 	coalesce(upload_id, ''), coalesce(upload_attempt::text, ''), coalesce(generation, 0), coalesce(etag, ''),
 	extract(epoch FROM clock_timestamp() - CASE WHEN state = 'unknown' THEN coalesce(unknown_at, updated_at) ELSE updated_at END)::float8`
 
-func scanAttempts(rows pgx.Rows, err error) ([]Attempt, error) {
+func scanAttempts(rows pgx.Rows, err error) ([]lease.Attempt, error) {
 	if err != nil {
 		return nil, err
 	}
-	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (Attempt, error) {
-		var a Attempt
+	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (lease.Attempt, error) {
+		var a lease.Attempt
 		var age float64
 		err := r.Scan(&a.ID, &a.Bucket, &a.Key, &a.Op, &a.State, &a.Gateway, &a.DeclaredSize, &a.Checksum, &a.UploadID, &a.UploadAttempt, &a.Generation, &a.ETag, &age)
 		a.InState = time.Duration(age * float64(time.Second))
@@ -205,13 +205,13 @@ func scanAttempts(rows pgx.Rows, err error) ([]Attempt, error) {
 }
 
 // AttemptByID reads one attempt.
-func (c *Catalog) AttemptByID(ctx context.Context, id string) (Attempt, error) {
+func (c *Catalog) AttemptByID(ctx context.Context, id string) (lease.Attempt, error) {
 	as, err := scanAttempts(c.Pool.Query(ctx, `SELECT `+attemptColumns+` FROM attempts WHERE attempt_id = $1`, id))
 	if err != nil {
-		return Attempt{}, err
+		return lease.Attempt{}, err
 	}
 	if len(as) == 0 {
-		return Attempt{}, errNoAttempt
+		return lease.Attempt{}, errNoAttempt
 	}
 	return as[0], nil
 }
@@ -237,7 +237,7 @@ func derefSize(n *int64) int64 {
 // outbox event and attempt state are written together; unknown attempts of the
 // key that this generation supersedes become failed when the holder's own write
 // committed (its fence excluded them).
-func (c *Catalog) Commit(ctx context.Context, p CommitParams) (int64, error) {
+func (c *Catalog) Commit(ctx context.Context, p lease.CommitParams) (int64, error) {
 	var gen *int64
 	e := p.Entry
 	err := c.call(ctx, &batchedCall{bucket: p.Bucket, key: p.Key, commit: true, notify: p.Bucket + "/" + p.Key, queue: func(b *pgx.Batch) {
@@ -250,7 +250,7 @@ func (c *Catalog) Commit(ctx context.Context, p CommitParams) (int64, error) {
 		return 0, err
 	}
 	if gen == nil {
-		return 0, ErrLeaseLost
+		return 0, lease.ErrLeaseLost
 	}
 	return *gen, nil
 }
@@ -261,13 +261,13 @@ func (c *Catalog) Commit(ctx context.Context, p CommitParams) (int64, error) {
 // (migrations/0009_commit_hand_over.sql). The Acquired is nil when the lease
 // was released instead: a writer of another gateway waits for the key (it is
 // notified), or the commit found the lease lost (ErrLeaseLost).
-func (c *Catalog) CommitHandOver(ctx context.Context, p CommitParams, next AcquireParams) (int64, *Acquired, error) {
+func (c *Catalog) CommitHandOver(ctx context.Context, p lease.CommitParams, next lease.AcquireParams) (int64, *lease.Acquired, error) {
 	var gen *int64
 	var acquired *bool
-	var ks *KeyState
+	var ks *lease.KeyState
 	e, a := p.Entry, next.Attempt
 	err := c.call(ctx, &batchedCall{bucket: p.Bucket, key: p.Key, commit: true, notify: p.Bucket + "/" + p.Key, queue: func(b *pgx.Batch) {
-		gen, acquired, ks = nil, nil, &KeyState{}
+		gen, acquired, ks = nil, nil, &lease.KeyState{}
 		b.Queue(`SELECT generation, acquired FROM fencegate_commit_hand_over($1, $2, $3, $4, $5, $6, $7, $8, $9, $10,
 				$11, $12::interval, $13, $14, $15, $16, $17, $18)`,
 			p.Bucket, p.Key, p.Holder, nullID(p.Settled), p.SettledState, e.ETag, nullSize(e.Size), nullID(e.AttemptID), e.Deleted, e.Origin,
@@ -279,12 +279,12 @@ func (c *Catalog) CommitHandOver(ctx context.Context, p CommitParams, next Acqui
 		return 0, nil, err
 	}
 	if gen == nil {
-		return 0, nil, ErrLeaseLost
+		return 0, nil, lease.ErrLeaseLost
 	}
 	if acquired == nil || !*acquired {
 		return *gen, nil, nil
 	}
-	return *gen, &Acquired{State: ks}, nil
+	return *gen, &lease.Acquired{State: ks}, nil
 }
 
 // notifyOutbox wakes outbox consumers after a commit sent alone
@@ -310,7 +310,7 @@ func (c *Catalog) SetState(ctx context.Context, attemptID, from, to, reason stri
 }
 
 // RecordAttempt stores an attempt that takes no key lease (a multipart upload).
-func (c *Catalog) RecordAttempt(ctx context.Context, a Attempt) error {
+func (c *Catalog) RecordAttempt(ctx context.Context, a lease.Attempt) error {
 	_, err := c.Pool.Exec(ctx, `INSERT INTO attempts (attempt_id, bucket, key, op, state, gateway, declared_size, checksum, upload_id)
 		VALUES ($1, $2, $3, $4, $5, $6, $7, nullif($8, ''), nullif($9, ''))`,
 		a.ID, a.Bucket, a.Key, a.Op, a.State, a.Gateway, nullSize(a.DeclaredSize), a.Checksum, a.UploadID)
@@ -324,13 +324,13 @@ func (c *Catalog) SetUploadID(ctx context.Context, attemptID, uploadID string) e
 }
 
 // AttemptByUpload finds a multipart upload's attempt.
-func (c *Catalog) AttemptByUpload(ctx context.Context, uploadID string) (Attempt, error) {
+func (c *Catalog) AttemptByUpload(ctx context.Context, uploadID string) (lease.Attempt, error) {
 	as, err := scanAttempts(c.Pool.Query(ctx, `SELECT `+attemptColumns+` FROM attempts WHERE upload_id = $1`, uploadID))
 	if err != nil {
-		return Attempt{}, err
+		return lease.Attempt{}, err
 	}
 	if len(as) == 0 {
-		return Attempt{}, errNoAttempt
+		return lease.Attempt{}, errNoAttempt
 	}
 	return as[0], nil
 }
@@ -353,7 +353,7 @@ func (c *Catalog) ForgetBucket(ctx context.Context, bucket string) error {
 // token is stamped on their attempts (and a try counted) before any storage
 // I/O, and SKIP LOCKED keeps concurrent reconcilers on different keys.
 func (c *Catalog) ClaimUnresolved(ctx context.Context, limit int, claimFor, horizon time.Duration) ([][2]string, error) {
-	token := NewID()
+	token := lease.NewID()
 	rows, err := c.Pool.Query(ctx, `WITH picked AS (
 			SELECT attempt_id FROM attempts a
 			WHERE op <> 'multipart' AND (state = 'unknown' OR (state = 'leased' AND `+holderGone+`))

@@ -84,13 +84,13 @@ func TestMeasureCommitCost(t *testing.T) {
 				for i := 0; time.Now().Before(stop); i++ {
 					id := lease.NewID()
 					key := fmt.Sprintf("k%d", w)
-					if _, err := c.Acquire(ctx, AcquireParams{Bucket: "b", Key: key, TTL: time.Minute, Session: sid,
-						Attempt: Attempt{ID: id, Op: "put", Gateway: "measure", DeclaredSize: 65536}}); err != nil {
+					if _, err := c.Acquire(ctx, lease.AcquireParams{Bucket: "b", Key: key, TTL: time.Minute, Session: sid,
+						Attempt: lease.Attempt{ID: id, Op: "put", Gateway: "measure", DeclaredSize: 65536}}); err != nil {
 						t.Error(err)
 						return
 					}
-					if _, err := c.Commit(ctx, CommitParams{Bucket: "b", Key: key, Holder: id, Settled: id, SettledState: StateCommitted,
-						Entry: Entry{ETag: `"e"`, Size: 65536, Origin: OriginFencegate, AttemptID: id}, Release: true}); err != nil {
+					if _, err := c.Commit(ctx, lease.CommitParams{Bucket: "b", Key: key, Holder: id, Settled: id, SettledState: lease.StateCommitted,
+						Entry: lease.Entry{ETag: `"e"`, Size: 65536, Origin: lease.OriginFencegate, AttemptID: id}, Release: true}); err != nil {
 						t.Error(err)
 						return
 					}

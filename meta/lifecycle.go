@@ -7,6 +7,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/fencegate/fencegate/lease"
 )
 
 // The reconciler's lifecycle queries (docs/DESIGN.md, "The reconciler"). Every
@@ -17,7 +19,7 @@ import (
 // ClaimAbandonedUploads claims up to limit open multipart uploads created
 // through fencegate whose creation and last recorded activity are older than
 // idle, and none of whose Complete tries is leased or unknown.
-func (c *Catalog) ClaimAbandonedUploads(ctx context.Context, limit int, idle, claimFor time.Duration) ([]Upload, error) {
+func (c *Catalog) ClaimAbandonedUploads(ctx context.Context, limit int, idle, claimFor time.Duration) ([]lease.AbandonedUpload, error) {
 	rows, err := c.Pool.Query(ctx, `WITH picked AS (
 			SELECT attempt_id FROM attempts a
 			WHERE op = 'multipart' AND state = 'open' AND upload_id IS NOT NULL
@@ -29,12 +31,12 @@ func (c *Catalog) ClaimAbandonedUploads(ctx context.Context, limit int, idle, cl
 			claimed_until = clock_timestamp() + $4::interval
 		FROM picked WHERE a.attempt_id = picked.attempt_id
 		RETURNING a.attempt_id::text, a.bucket, a.key, a.upload_id, a.created_at, a.tries`,
-		limit, NewID(), idle.String(), claimFor.String())
+		limit, lease.NewID(), idle.String(), claimFor.String())
 	if err != nil {
 		return nil, err
 	}
-	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (Upload, error) {
-		var u Upload
+	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (lease.AbandonedUpload, error) {
+		var u lease.AbandonedUpload
 		err := r.Scan(&u.AttemptID, &u.Bucket, &u.Key, &u.UploadID, &u.CreatedAt, &u.Tries)
 		return u, err
 	})
@@ -44,12 +46,12 @@ const unboundColumns = `a.attempt_id::text, a.bucket, a.key, a.state, a.created_
 	CASE WHEN a.state = 'unknown' THEN a.updated_at ELSE clock_timestamp() END,
 	extract(epoch FROM clock_timestamp() - a.created_at)::float8, a.tries`
 
-func scanUnbound(rows pgx.Rows, err error) ([]UnboundUpload, error) {
+func scanUnbound(rows pgx.Rows, err error) ([]lease.UploadWithoutID, error) {
 	if err != nil {
 		return nil, err
 	}
-	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (UnboundUpload, error) {
-		var u UnboundUpload
+	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (lease.UploadWithoutID, error) {
+		var u lease.UploadWithoutID
 		var age float64
 		err := r.Scan(&u.AttemptID, &u.Bucket, &u.Key, &u.State, &u.CreatedAt, &u.WindowEnd, &age, &u.Tries)
 		u.Age = time.Duration(age * float64(time.Second))
@@ -67,7 +69,7 @@ const unboundWhere = `a.op = 'multipart' AND a.upload_id IS NULL AND (a.state = 
 // ClaimUnboundUploads claims up to limit multipart attempts without an
 // upload id whose outcome was recorded (or, open, whose Create began) longer
 // than settle ago, oldest (least recently tried) first.
-func (c *Catalog) ClaimUnboundUploads(ctx context.Context, limit int, settle, claimFor time.Duration) ([]UnboundUpload, error) {
+func (c *Catalog) ClaimUnboundUploads(ctx context.Context, limit int, settle, claimFor time.Duration) ([]lease.UploadWithoutID, error) {
 	return scanUnbound(c.Pool.Query(ctx, `WITH picked AS (
 			SELECT attempt_id FROM attempts a
 			WHERE `+unboundWhere+` AND a.updated_at < clock_timestamp() - $3::interval
@@ -77,12 +79,12 @@ func (c *Catalog) ClaimUnboundUploads(ctx context.Context, limit int, settle, cl
 			claimed_until = clock_timestamp() + $4::interval
 		FROM picked WHERE a.attempt_id = picked.attempt_id
 		RETURNING `+unboundColumns,
-		limit, NewID(), settle.String(), claimFor.String()))
+		limit, lease.NewID(), settle.String(), claimFor.String()))
 }
 
 // UnboundUploads lists bucket/key's multipart attempts without an upload id
 // (for the audit: an upload no attempt names may be one of theirs).
-func (c *Catalog) UnboundUploads(ctx context.Context, bucket, key string) ([]UnboundUpload, error) {
+func (c *Catalog) UnboundUploads(ctx context.Context, bucket, key string) ([]lease.UploadWithoutID, error) {
 	return scanUnbound(c.Pool.Query(ctx, `SELECT `+unboundColumns+` FROM attempts a
 		WHERE a.bucket = $1 AND a.key = $2 AND `+unboundWhere+` ORDER BY a.created_at`, bucket, key))
 }
@@ -187,12 +189,12 @@ func (c *Catalog) RetryLater(ctx context.Context, attemptID string, backoff time
 // ClaimAuditCursor claims the bucket whose audit is least recently advanced
 // (every bucket the catalog knows gets a cursor), among only (if not empty),
 // or returns false.
-func (c *Catalog) ClaimAuditCursor(ctx context.Context, only []string, claimFor time.Duration) (Cursor, bool, error) {
+func (c *Catalog) ClaimAuditCursor(ctx context.Context, only []string, claimFor time.Duration) (lease.Cursor, bool, error) {
 	if _, err := c.Pool.Exec(ctx, `INSERT INTO audit_cursors (bucket)
 		SELECT bucket FROM buckets UNION SELECT DISTINCT bucket FROM catalog ON CONFLICT DO NOTHING`); err != nil {
-		return Cursor{}, false, err
+		return lease.Cursor{}, false, err
 	}
-	var cur Cursor
+	var cur lease.Cursor
 	err := c.Pool.QueryRow(ctx, `WITH picked AS (
 			SELECT bucket FROM audit_cursors a WHERE (claimed_until IS NULL OR claimed_until < clock_timestamp())
 			  AND (coalesce(cardinality($3::text[]), 0) = 0 OR bucket = ANY($3))
@@ -200,16 +202,16 @@ func (c *Catalog) ClaimAuditCursor(ctx context.Context, only []string, claimFor 
 		UPDATE audit_cursors a SET claim_token = $1, tries = tries + 1, claimed_until = clock_timestamp() + $2::interval
 		FROM picked WHERE a.bucket = picked.bucket
 		RETURNING a.bucket, a.marker, a.after_key, a.upload_key, a.upload_id, a.rounds, a.tries`,
-		NewID(), claimFor.String(), only).Scan(&cur.Bucket, &cur.Marker, &cur.AfterKey, &cur.UploadKey, &cur.UploadID, &cur.Rounds, &cur.Tries)
+		lease.NewID(), claimFor.String(), only).Scan(&cur.Bucket, &cur.Marker, &cur.AfterKey, &cur.UploadKey, &cur.UploadID, &cur.Rounds, &cur.Tries)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return Cursor{}, false, nil
+		return lease.Cursor{}, false, nil
 	}
 	return cur, err == nil, err
 }
 
 // AdvanceAuditCursor stores where the bucket's audit continues and holds the
 // bucket off for rest (one page per bucket per pass).
-func (c *Catalog) AdvanceAuditCursor(ctx context.Context, cur Cursor, roundDone bool, rest time.Duration) error {
+func (c *Catalog) AdvanceAuditCursor(ctx context.Context, cur lease.Cursor, roundDone bool, rest time.Duration) error {
 	_, err := c.Pool.Exec(ctx, `UPDATE audit_cursors SET marker = $2, after_key = $3, upload_key = $4, upload_id = $5,
 		rounds = rounds + CASE WHEN $6 THEN 1 ELSE 0 END, tries = 0, last_error = NULL, passed_at = clock_timestamp(),
 		claim_token = NULL, claimed_until = clock_timestamp() + $7::interval
@@ -226,7 +228,7 @@ func (c *Catalog) AuditCursorFailed(ctx context.Context, bucket string, backoff 
 
 // CatalogRange reads the catalog's live (not deleted) rows of bucket with
 // keys in (after, upto] in byte order ("" upto: no upper bound), under prefix.
-func (c *Catalog) CatalogRange(ctx context.Context, bucket, prefix, after, upto string) (map[string]Entry, error) {
+func (c *Catalog) CatalogRange(ctx context.Context, bucket, prefix, after, upto string) (map[string]lease.Entry, error) {
 	rows, err := c.Pool.Query(ctx, `SELECT key, generation, coalesce(etag, ''), coalesce(size, -1), coalesce(attempt_id::text, ''), origin
 		FROM catalog WHERE bucket = $1 AND NOT deleted
 		  AND key COLLATE "C" > $2 AND ($3 = '' OR key COLLATE "C" <= $3)
@@ -234,10 +236,10 @@ func (c *Catalog) CatalogRange(ctx context.Context, bucket, prefix, after, upto 
 	if err != nil {
 		return nil, err
 	}
-	out := map[string]Entry{}
+	out := map[string]lease.Entry{}
 	for rows.Next() {
 		var k string
-		var e Entry
+		var e lease.Entry
 		if err := rows.Scan(&k, &e.Generation, &e.ETag, &e.Size, &e.AttemptID, &e.Origin); err != nil {
 			rows.Close()
 			return nil, err
@@ -277,8 +279,8 @@ func (c *Catalog) ForeignUploadSeen(ctx context.Context, bucket, key, uploadID s
 // r.Leases of keys without unresolved or open attempts or recent activity,
 // and the recorded last passes of gateways that ran none for as long.
 // Unknown and leased attempts (guards) and open uploads are never pruned.
-func (c *Catalog) Prune(ctx context.Context, r Retention, limit int) (Pruned, error) {
-	var p Pruned
+func (c *Catalog) Prune(ctx context.Context, r lease.Retention, limit int) (lease.Pruned, error) {
+	var p lease.Pruned
 	if r.Attempts > 0 {
 		tag, err := c.Pool.Exec(ctx, `DELETE FROM attempts WHERE attempt_id IN (
 			SELECT attempt_id FROM attempts a
@@ -321,7 +323,7 @@ func (c *Catalog) Prune(ctx context.Context, r Retention, limit int) (Pruned, er
 }
 
 // RecordPass stores a work kind's last pass for this gateway.
-func (c *Catalog) RecordPass(ctx context.Context, p Pass) error {
+func (c *Catalog) RecordPass(ctx context.Context, p lease.Pass) error {
 	_, err := c.Pool.Exec(ctx, `INSERT INTO reconciler_passes (kind, gateway, started_at, duration_ms, batches, claimed, completed, retried, skipped, failed)
 		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)
 		ON CONFLICT (kind, gateway) DO UPDATE SET started_at = EXCLUDED.started_at, duration_ms = EXCLUDED.duration_ms,

@@ -4,6 +4,8 @@ import (
 	"context"
 	"testing"
 	"time"
+
+	"github.com/fencegate/fencegate/lease"
 )
 
 // With no bucket filter every bucket the catalog knows gets an audit cursor
@@ -11,7 +13,7 @@ import (
 func TestClaimAuditCursorWithoutFilter(t *testing.T) {
 	c := &Catalog{Pool: migratedPool(t)}
 	ctx := context.Background()
-	bucket := "cursor-" + NewID()[:8]
+	bucket := "cursor-" + lease.NewID()[:8]
 	if err := c.MarkBucket(ctx, bucket, true); err != nil {
 		t.Fatal(err)
 	}
@@ -47,32 +49,32 @@ func TestReadStatus(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	bucket := "status-" + NewID()[:8]
-	gw := "gw-" + NewID()[:8]
-	holder := NewID()
-	acq, err := c.Acquire(ctx, AcquireParams{Bucket: bucket, Key: "k", TTL: time.Minute,
-		Attempt: Attempt{ID: holder, Op: "put", Gateway: gw, DeclaredSize: 1}})
+	bucket := "status-" + lease.NewID()[:8]
+	gw := "gw-" + lease.NewID()[:8]
+	holder := lease.NewID()
+	acq, err := c.Acquire(ctx, lease.AcquireParams{Bucket: bucket, Key: "k", TTL: time.Minute,
+		Attempt: lease.Attempt{ID: holder, Op: "put", Gateway: gw, DeclaredSize: 1}})
 	if err != nil || acq == nil {
 		t.Fatalf("acquire: %v %v", acq, err)
 	}
-	guard := NewID()
+	guard := lease.NewID()
 	if _, err := c.Pool.Exec(ctx, `INSERT INTO attempts (attempt_id, bucket, key, op, state, gateway, updated_at)
 		VALUES ($1, $2, 'g', 'put', 'unknown', 'x', clock_timestamp() - interval '1000 days')`, guard, bucket); err != nil {
 		t.Fatal(err)
 	}
-	if err := c.RecordAttempt(ctx, Attempt{ID: NewID(), Bucket: bucket, Key: "u", Op: "multipart", State: StateOpen, Gateway: gw, DeclaredSize: -1, UploadID: "st-" + NewID()}); err != nil {
+	if err := c.RecordAttempt(ctx, lease.Attempt{ID: lease.NewID(), Bucket: bucket, Key: "u", Op: "multipart", State: lease.StateOpen, Gateway: gw, DeclaredSize: -1, UploadID: "st-" + lease.NewID()}); err != nil {
 		t.Fatal(err)
 	}
 	// Creates whose upload id is not recorded: unknown, and open without an
 	// id past the settle delay, count; a Create still in flight does not.
-	for _, st := range []string{StateUnknown, StateOpen, "fresh"} {
+	for _, st := range []string{lease.StateUnknown, lease.StateOpen, "fresh"} {
 		ago := "2 minutes"
 		if st == "fresh" {
-			st, ago = StateOpen, "0 seconds"
+			st, ago = lease.StateOpen, "0 seconds"
 		}
 		if _, err := c.Pool.Exec(ctx, `INSERT INTO attempts (attempt_id, bucket, key, op, state, gateway, created_at, updated_at)
 			VALUES ($1, $2, 'c', 'multipart', $3, 'x', clock_timestamp() - $4::interval, clock_timestamp() - $4::interval)`,
-			NewID(), bucket, st, ago); err != nil {
+			lease.NewID(), bucket, st, ago); err != nil {
 			t.Fatal(err)
 		}
 	}

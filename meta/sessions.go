@@ -5,6 +5,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/fencegate/fencegate/lease"
 )
 
 // Gateway sessions (migrations/0006_gateway_sessions.sql): each gateway
@@ -19,7 +21,7 @@ const sessionsKept = "7 days"
 // OpenSession starts a session for gateway, alive for timeout unless
 // extended, and returns its id.
 func (c *Catalog) OpenSession(ctx context.Context, gateway string, timeout time.Duration) (string, error) {
-	id := NewID()
+	id := lease.NewID()
 	b := &pgx.Batch{}
 	b.Queue(`INSERT INTO sessions (session_id, gateway, expires_at) VALUES ($1, $2, clock_timestamp() + $3::interval)`,
 		id, gateway, timeout.String())

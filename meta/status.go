@@ -5,12 +5,14 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/fencegate/fencegate/lease"
 )
 
 // Backlog counts the reconciler's backlog; uploadIdle is the abandoned age,
 // createSettle the delay before an unrecorded Create's upload is looked for.
-func (c *Catalog) Backlog(ctx context.Context, uploadIdle, createSettle time.Duration) (Backlog, error) {
-	var b Backlog
+func (c *Catalog) Backlog(ctx context.Context, uploadIdle, createSettle time.Duration) (lease.Backlog, error) {
+	var b lease.Backlog
 	var oldUnknown, oldAbandoned float64
 	err := c.Pool.QueryRow(ctx, `SELECT
 		(SELECT count(*) FROM attempts a WHERE op <> 'multipart' AND (state = 'unknown' OR (state = 'leased' AND `+holderGone+`))),

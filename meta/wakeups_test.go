@@ -68,10 +68,10 @@ func wakeupMark(t *testing.T, c *Catalog, bucket, key string) *string {
 // says whether the writer would wait.
 func acquire(t *testing.T, c *Catalog, bucket, key, gw string, wait bool) (string, bool) {
 	t.Helper()
-	id := NewID()
-	acq, err := c.Acquire(context.Background(), AcquireParams{Bucket: bucket, Key: key, TTL: time.Minute, Wait: wait,
-		Attempt: Attempt{ID: id, Op: "put", Gateway: gw, DeclaredSize: 1}})
-	var held *Held
+	id := lease.NewID()
+	acq, err := c.Acquire(context.Background(), lease.AcquireParams{Bucket: bucket, Key: key, TTL: time.Minute, Wait: wait,
+		Attempt: lease.Attempt{ID: id, Op: "put", Gateway: gw, DeclaredSize: 1}})
+	var held *lease.Held
 	if errors.As(err, &held) {
 		return id, false
 	}
@@ -92,9 +92,9 @@ func TestReleaseNotifiesWaitersOfOtherGateways(t *testing.T) {
 	c := &Catalog{Pool: migratedPool(t)}
 	ctx := context.Background()
 	l := listen(t, c)
-	bucket := "wake-" + NewID()[:8]
-	gwA, gwB := "gw-a-"+NewID()[:8], "gw-b-"+NewID()[:8]
-	end := Ending{State: StateFailed, Reason: "test"}
+	bucket := "wake-" + lease.NewID()[:8]
+	gwA, gwB := "gw-a-"+lease.NewID()[:8], "gw-b-"+lease.NewID()[:8]
+	end := lease.Ending{State: lease.StateFailed, Reason: "test"}
 
 	// Marked by a waiter of gateway B, released by A's holder (Release).
 	holder, ok := acquire(t, c, bucket, "marked", gwA, false)
@@ -144,8 +144,8 @@ func TestReleaseNotifiesWaitersOfOtherGateways(t *testing.T) {
 	if m := wakeupMark(t, c, bucket, "both"); m == nil || *m != "*" {
 		t.Fatalf("mark %v, want *", m)
 	}
-	if _, err := c.Commit(ctx, CommitParams{Bucket: bucket, Key: "both", Holder: holder, Settled: holder,
-		SettledState: StateCommitted, Entry: Entry{ETag: "e", Size: 1, AttemptID: holder, Origin: OriginFencegate},
+	if _, err := c.Commit(ctx, lease.CommitParams{Bucket: bucket, Key: "both", Holder: holder, Settled: holder,
+		SettledState: lease.StateCommitted, Entry: lease.Entry{ETag: "e", Size: 1, AttemptID: holder, Origin: lease.OriginFencegate},
 		Release: true}); err != nil {
 		t.Fatal(err)
 	}
@@ -192,8 +192,8 @@ func TestReleaseNotifiesWaitersOfOtherGateways(t *testing.T) {
 func TestAcquireLosingTheInsertRaceMarks(t *testing.T) {
 	c := &Catalog{Pool: migratedPool(t)}
 	ctx := context.Background()
-	bucket := "wake-race-" + NewID()[:8]
-	gwA, gwB := "gw-a-"+NewID()[:8], "gw-b-"+NewID()[:8]
+	bucket := "wake-race-" + lease.NewID()[:8]
+	gwA, gwB := "gw-a-"+lease.NewID()[:8], "gw-b-"+lease.NewID()[:8]
 	// The winner inserts the row in an open transaction; the loser's insert
 	// waits for it, then finds the row.
 	tx, err := c.Pool.Begin(ctx)
@@ -201,7 +201,7 @@ func TestAcquireLosingTheInsertRaceMarks(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer tx.Rollback(ctx)
-	winner := NewID()
+	winner := lease.NewID()
 	var ok bool
 	if err := tx.QueryRow(ctx, `SELECT acquired FROM fencegate_acquire($1, 'k', $2, '1 minute', 'new', 'put', $3, 1, '', NULL, NULL, false)`,
 		bucket, winner, gwA).Scan(&ok); err != nil || !ok {
@@ -213,9 +213,9 @@ func TestAcquireLosingTheInsertRaceMarks(t *testing.T) {
 	}
 	lost := make(chan res, 1)
 	go func() {
-		acq, err := c.Acquire(ctx, AcquireParams{Bucket: bucket, Key: "k", TTL: time.Minute, Wait: true,
-			Attempt: Attempt{ID: NewID(), Op: "put", Gateway: gwB, DeclaredSize: 1}})
-		var held *Held
+		acq, err := c.Acquire(ctx, lease.AcquireParams{Bucket: bucket, Key: "k", TTL: time.Minute, Wait: true,
+			Attempt: lease.Attempt{ID: lease.NewID(), Op: "put", Gateway: gwB, DeclaredSize: 1}})
+		var held *lease.Held
 		if errors.As(err, &held) {
 			err = nil
 		}
@@ -270,10 +270,10 @@ func TestListenerReconnects(t *testing.T) {
 	}
 	l.expectUp(t, false)
 	l.expectUp(t, true)
-	bucket := "wake-reconnect-" + NewID()[:8]
+	bucket := "wake-reconnect-" + lease.NewID()[:8]
 	holder, _ := acquire(t, c, bucket, "k", "gw-a", false)
 	acquire(t, c, bucket, "k", "gw-b", true)
-	if err := c.Release(ctx, bucket, "k", holder, Ending{}); err != nil {
+	if err := c.Release(ctx, bucket, "k", holder, lease.Ending{}); err != nil {
 		t.Fatal(err)
 	}
 	if h := l.next(t); h != lease.KeyHash(bucket, "k") {
@@ -286,7 +286,7 @@ func TestListenerReconnects(t *testing.T) {
 func TestRefusalSaysHowLongTheHolderLives(t *testing.T) {
 	c := &Catalog{Pool: migratedPool(t)}
 	ctx := context.Background()
-	bucket := "wake-live-" + NewID()[:8]
+	bucket := "wake-live-" + lease.NewID()[:8]
 	sess, err := c.OpenSession(ctx, "gw-live", 10*time.Second)
 	if err != nil {
 		t.Fatal(err)
@@ -299,15 +299,15 @@ func TestRefusalSaysHowLongTheHolderLives(t *testing.T) {
 		{"own-expiry", "", 50 * time.Second, time.Minute},
 		{"session", sess, 5 * time.Second, 10 * time.Second},
 	} {
-		if _, err := c.Acquire(ctx, AcquireParams{Bucket: bucket, Key: tc.key, TTL: time.Minute, Session: tc.session,
-			Attempt: Attempt{ID: NewID(), Op: "put", Gateway: "gw-live", DeclaredSize: 1}}); err != nil {
+		if _, err := c.Acquire(ctx, lease.AcquireParams{Bucket: bucket, Key: tc.key, TTL: time.Minute, Session: tc.session,
+			Attempt: lease.Attempt{ID: lease.NewID(), Op: "put", Gateway: "gw-live", DeclaredSize: 1}}); err != nil {
 			t.Fatal(err)
 		}
-		_, err := c.Acquire(ctx, AcquireParams{Bucket: bucket, Key: tc.key, TTL: time.Minute,
-			Attempt: Attempt{ID: NewID(), Op: "put", Gateway: "gw-other", DeclaredSize: 1}})
-		var held *Held
+		_, err := c.Acquire(ctx, lease.AcquireParams{Bucket: bucket, Key: tc.key, TTL: time.Minute,
+			Attempt: lease.Attempt{ID: lease.NewID(), Op: "put", Gateway: "gw-other", DeclaredSize: 1}})
+		var held *lease.Held
 		if !errors.As(err, &held) {
-			t.Fatalf("%s: a second acquire: %v, want *Held", tc.key, err)
+			t.Fatalf("%s: a second acquire: %v, want *lease.Held", tc.key, err)
 		}
 		if held.LiveFor <= tc.lo || held.LiveFor > tc.hi {
 			t.Fatalf("%s: the holder lives %s more, want within (%s, %s]", tc.key, held.LiveFor, tc.lo, tc.hi)

@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/fencegate/fencegate/lease"
-	"github.com/fencegate/fencegate/meta"
 )
 
 // defineLifecycle adds the reconciler's lifecycle flags (docs/DESIGN.md, "The
@@ -34,7 +33,7 @@ func defaultLifecycle() lease.LifecycleConfig {
 	return lease.LifecycleConfig{Budget: 5 * time.Second, Batch: 100, UploadIdle: 24 * time.Hour,
 		UploadCreateSettle: lease.DefaultUploadCreateSettle, ForeignUploads: lease.ForeignReport,
 		ForeignUploadAge: 7 * 24 * time.Hour, AuditPage: 1000,
-		Retention: meta.Retention{Attempts: 7 * 24 * time.Hour, Outbox: 7 * 24 * time.Hour, Leases: 24 * time.Hour}}
+		Retention: lease.Retention{Attempts: 7 * 24 * time.Hour, Outbox: 7 * 24 * time.Hour, Leases: 24 * time.Hour}}
 }
 
 func (c *serveConfig) lifecycle() lease.LifecycleConfig {

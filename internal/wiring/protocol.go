@@ -13,7 +13,7 @@ import (
 // GatewayID names this process on the attempts it records.
 func GatewayID() string {
 	host, _ := os.Hostname()
-	return fmt.Sprintf("%s/%d/%s", host, os.Getpid(), meta.NewID()[:8])
+	return fmt.Sprintf("%s/%d/%s", host, os.Getpid(), lease.NewID()[:8])
 }
 
 // Protocol builds the write protocol's lease manager and the catalog it runs on, on pool.
