@@ -164,11 +164,14 @@ func (s *Server) keyedWrite(ctx *fasthttp.RequestCtx, r *request, u *upstream, w
 			return ans
 		}
 		ans.Status = resp.StatusCode
-		if resp.StatusCode >= 300 {
-			// Small, and the protocol may settle before it is relayed: read
-			// it now, so the connection goes back.
+		if resp.StatusCode >= 300 || req.Version {
+			// Small, and the protocol may settle before it is relayed (a
+			// refusal, a versioned delete): read it now, so the connection
+			// goes back.
 			keepAnswer(resp)
-			return ans
+			if resp.StatusCode >= 300 {
+				return ans
+			}
 		}
 		var le *apiError
 		if ans.Landed, le = w.acknowledge(resp); le != nil {

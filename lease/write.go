@@ -328,8 +328,8 @@ func (w *write) answered(ctx context.Context, ans Sent, fence Fence, at func(Ste
 		// may have published it since this one was settled. Settle again
 		// (adopting that try if it landed) and answer as it did.
 		if _, err := l.Resettle(ctx, w.st); err == nil {
-			if o, done, err := w.settledAgain(ans); done {
-				return o, err
+			if earlier, done, err := w.settledAgain(ans); done {
+				return earlier, err
 			}
 		}
 		l.Fail(status)
