@@ -17,25 +17,22 @@ const statusUsage = `usage: fencegate status [--json] [flags]
 Shows, from the database alone: live leases per gateway, unknown guards
 (count, oldest age), multipart uploads (open, abandoned, Creates whose
 upload id is not recorded, foreign), the reconciler's backlog and each
-gateway's last pass per work kind, and the outbox backlog. Takes the database
-and lifecycle flags of 'fencegate serve' (--upload-abandoned-after decides
-which uploads count as abandoned, --upload-create-settle when an open upload
-without an id stops counting as a Create in flight).
+gateway's last pass per work kind, and the outbox backlog.
+--upload-abandoned-after decides which uploads count as abandoned,
+--upload-create-settle when an open upload without an id stops counting as a
+Create in flight: give them the gateways' values.
 `
 
 func cmdStatus(ctx context.Context, args []string) error {
 	var cfg serveConfig
-	f := newFlags("status")
-	f.database(&cfg.DatabaseURL)
-	cfg.defineLifecycle(f)
+	f := newFlags("status", statusUsage)
 	var asJSON bool
 	f.BoolVar(&asJSON, "json", false, "print JSON")
-	f.Usage = func() { fmt.Fprint(os.Stderr, statusUsage); f.PrintDefaults() }
+	f.database(&cfg.DatabaseURL)
+	f.heading("multipart uploads")
+	cfg.defineUploadAges(f)
 	if err := f.Parse(args); err != nil {
 		return err
-	}
-	if cfg.DatabaseURL == "" {
-		return fmt.Errorf("missing configuration: --database-url")
 	}
 	pool, err := meta.Open(ctx, cfg.DatabaseURL, meta.PoolConfig{MaxConns: 2, ApplicationName: "fencegate status"})
 	if err != nil {
