@@ -15,7 +15,7 @@ FUZZTIME     ?= 60s
 TEST_TAGS    := failpoint
 
 export CGO_ENABLED ?= 0
-# aws-sdk-go-v2's default config fails while this is set (docs/DESIGN.md, the test stores).
+# aws-sdk-go-v2's default config fails while this is set (docs/TESTING.md, the test stores).
 unexport AWS_CA_BUNDLE
 
 .PHONY: build run test test-short bench fuzz lint schema flags stores clean memcheck mutants s3-tests chaos
