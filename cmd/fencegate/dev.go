@@ -217,6 +217,7 @@ fencegate is up.
   secret key:   %s
   region:       us-east-1
   health:       http://%s/healthz   metrics: http://%s/metrics
+  console:      http://%s/console/
   database:     %s
   data:         %s (private: folders 0700, files 0600)
 
@@ -224,7 +225,7 @@ fencegate is up.
   aws --endpoint-url "$FENCEGATE_ENDPOINT" s3 ls
 
 Ctrl-C stops the gateway, SeaweedFS and PostgreSQL.
-`, endpoint, st.AccessKey, st.SecretKey, adminAddr, adminAddr, dbURL, dir, envPath)
+`, endpoint, st.AccessKey, st.SecretKey, adminAddr, adminAddr, adminAddr, dbURL, dir, envPath)
 	})
 }
 

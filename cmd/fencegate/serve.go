@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/fencegate/fencegate/console"
 	"github.com/fencegate/fencegate/gateway"
 	"github.com/fencegate/fencegate/gateway/store"
 	"github.com/fencegate/fencegate/internal/wiring"
@@ -283,6 +284,8 @@ func runServe(ctx context.Context, cfg serveConfig, started func(s3Addr, adminAd
 		Leases:  leases,
 		Tracker: tracker,
 		Keys:    wiring.KeySource{Keys: &meta.Keys{Pool: pool, Sealer: sealer}},
+		Console: (&console.Console{Catalog: &meta.Catalog{Pool: pool},
+			UploadIdle: cfg.Lifecycle.UploadIdle, UploadCreateSettle: cfg.Lifecycle.UploadCreateSettle}).Handler(),
 		Readiness: []gateway.Check{
 			{Name: "postgres", Run: func(ctx context.Context) error { return pool.Ping(ctx) }},
 			{Name: "session", Run: func(context.Context) error {

@@ -2,13 +2,13 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"os"
 	"sort"
 	"text/tabwriter"
 	"time"
 
+	"github.com/fencegate/fencegate/console"
 	"github.com/fencegate/fencegate/meta"
 )
 
@@ -42,14 +42,14 @@ func cmdStatus(ctx context.Context, args []string) error {
 	if err := checkSchema(ctx, pool); err != nil {
 		return err
 	}
-	s, err := (&meta.Catalog{Pool: pool}).ReadStatus(ctx, cfg.Lifecycle.UploadIdle, cfg.Lifecycle.UploadCreateSettle)
+	// The console's overview: the same figures, and the same JSON.
+	c := &console.Console{Catalog: &meta.Catalog{Pool: pool}, UploadIdle: cfg.Lifecycle.UploadIdle, UploadCreateSettle: cfg.Lifecycle.UploadCreateSettle}
+	s, err := c.Overview(ctx)
 	if err != nil {
 		return err
 	}
 	if asJSON {
-		enc := json.NewEncoder(os.Stdout)
-		enc.SetIndent("", "  ")
-		return enc.Encode(s)
+		return console.WriteJSON(os.Stdout, s)
 	}
 	printStatus(s)
 	return nil
