@@ -15,10 +15,10 @@ FUZZTIME     ?= 60s
 TEST_TAGS    := failpoint
 
 export CGO_ENABLED ?= 0
-# aws-sdk-go-v2's default config fails while this is set (docs/DESIGN.md, the test stores).
+# aws-sdk-go-v2's default config fails while this is set (docs/TESTING.md, the test stores).
 unexport AWS_CA_BUNDLE
 
-.PHONY: build run test test-short bench fuzz lint schema stores clean memcheck mutants s3-tests chaos
+.PHONY: build run test test-short bench fuzz lint schema flags stores clean memcheck mutants s3-tests chaos
 
 build:
 	$(GO) build -o $(BIN) ./cmd/fencegate
@@ -65,9 +65,11 @@ fuzz:
 
 # gofmt, go vet (also the tests' build of the gateway, with its failpoints),
 # no file over 1 MiB or executable binary tracked (scripts/check-tracked.sh),
-# and meta/schema.sql current: migrated into a private PostgreSQL it starts
-# and stops (DATABASE_URL is ignored, so no other server gets the database).
+# docs/FLAGS.md current (what the commands define), and meta/schema.sql
+# current: migrated into a private PostgreSQL it starts and stops
+# (DATABASE_URL is ignored, so no other server gets the database).
 SCHEMA_TEST := env -u DATABASE_URL $(GO) test -count=1 -run '^TestSchemaFileIsCurrent$$' ./meta
+FLAGS_TEST  := $(GO) test -count=1 -run '^TestFlagReferenceIsCurrent$$' ./cmd/fencegate
 lint:
 	scripts/ensure-deps.sh
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
@@ -75,6 +77,7 @@ lint:
 	$(GO) vet $(PKGS)
 	$(GO) vet -tags $(TEST_TAGS),fencegate_brokenfence ./gateway ./internal/failpoint
 	scripts/check-tracked.sh
+	$(FLAGS_TEST)
 	$(SCHEMA_TEST)
 
 # meta/schema.sql: the schema after every migration (pg_dump --schema-only of
@@ -82,6 +85,11 @@ lint:
 schema:
 	scripts/ensure-deps.sh
 	FENCEGATE_UPDATE_SCHEMA=1 $(SCHEMA_TEST)
+
+# docs/FLAGS.md: every command's flags, from their definitions in cmd/fencegate;
+# commit it with the flag change.
+flags:
+	FENCEGATE_UPDATE_FLAGS=1 $(FLAGS_TEST)
 
 # Build the pinned SeaweedFS and versitygw into the cache ahead of time.
 stores: build

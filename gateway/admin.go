@@ -92,8 +92,9 @@ func newMetrics() *metrics {
 }
 
 // adminHandler serves /healthz (the process is up), /readyz (PostgreSQL and the
-// store answer) and /metrics (Prometheus). With an admin token, /readyz and
-// /metrics need it; /healthz stays open for liveness probes.
+// store answer), /metrics (Prometheus) and, when wired in, the web console
+// under /console/. With an admin token, all but /healthz need it; /healthz
+// stays open for liveness probes.
 func (s *Server) adminHandler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
@@ -101,6 +102,9 @@ func (s *Server) adminHandler() http.Handler {
 	})
 	mux.Handle("GET /readyz", s.adminAuth(http.HandlerFunc(s.readyz)))
 	mux.Handle("GET /metrics", s.adminAuth(promhttp.HandlerFor(s.metrics.reg, promhttp.HandlerOpts{})))
+	if s.deps.Console != nil {
+		mux.Handle("/console/", s.consoleAuth(s.deps.Console))
+	}
 	return mux
 }
 
@@ -128,15 +132,32 @@ func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
 // adminAuth requires `Authorization: Bearer <AdminToken>` when a token is set.
 // Both sides are hashed before the constant-time compare, so neither the
 // token's bytes nor its length show in the timing.
-func (s *Server) adminAuth(next http.Handler) http.Handler {
+func (s *Server) adminAuth(next http.Handler) http.Handler { return s.tokenAuth(next, false) }
+
+// consoleAuth is adminAuth for the web console, which also takes the token as
+// an HTTP Basic password (any user name): a browser asks for that itself and
+// sends it with every page, where it cannot send a bearer token.
+func (s *Server) consoleAuth(next http.Handler) http.Handler { return s.tokenAuth(next, true) }
+
+func (s *Server) tokenAuth(next http.Handler, basic bool) http.Handler {
 	if s.cfg.AdminToken == "" {
 		return next
 	}
 	want := sha256.Sum256([]byte("Bearer " + s.cfg.AdminToken))
+	wantBasic := sha256.Sum256([]byte(s.cfg.AdminToken))
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		got := sha256.Sum256([]byte(r.Header.Get("Authorization")))
-		if subtle.ConstantTimeCompare(got[:], want[:]) != 1 {
-			w.Header().Set("WWW-Authenticate", `Bearer realm="fencegate admin"`)
+		ok := subtle.ConstantTimeCompare(got[:], want[:]) == 1
+		if _, password, isBasic := r.BasicAuth(); basic && isBasic {
+			got := sha256.Sum256([]byte(password))
+			ok = subtle.ConstantTimeCompare(got[:], wantBasic[:]) == 1
+		}
+		if !ok {
+			if basic {
+				w.Header().Set("WWW-Authenticate", `Basic realm="fencegate console", charset="UTF-8"`)
+			} else {
+				w.Header().Set("WWW-Authenticate", `Bearer realm="fencegate admin"`)
+			}
 			http.Error(w, "unauthorized", http.StatusUnauthorized)
 			return
 		}

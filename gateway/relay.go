@@ -44,7 +44,7 @@ func (s *Server) relay(ctx *fasthttp.RequestCtx, r *request, resp *http.Response
 		peeked, _ = io.ReadAll(io.LimitReader(resp.Body, maxPeekedError))
 		if code := xmlElement(peeked, "Code"); resp.StatusCode == http.StatusForbidden && backendAuthCodes[code] {
 			resp.Body.Close()
-			s.deps.Log.Error("the store refused fencegate's own credentials: check --backend-access-key, --backend-secret-key, --backend-region and this host's clock",
+			s.deps.Log.Error("the store refused fencegate's own credentials: check --store-access-key, --store-secret-key, --store-region and this host's clock",
 				"request_id", r.id, "store_code", code, "store_message", xmlElement(peeked, "Message"))
 			return errBackendAuth
 		}

@@ -156,6 +156,9 @@ type Deps struct {
 	Leases    *lease.Manager
 	Buckets   Buckets
 	Readiness []Check
+	// Console, when set, is the read-only web console, served on the admin
+	// listener under /console/ behind the admin token.
+	Console http.Handler
 }
 
 // Server is a running gateway.

@@ -27,27 +27,27 @@ reconciler binds each to its attempt). Read-only unless --repair, which records 
 divergence through the settle path under the key's lease (external, adopted
 or delete generations; bytes are never deleted). Exit status 3 when
 divergence remains (found, and not repaired).
-Takes the database and backend flags of 'fencegate serve'.
 `
 
 func cmdAudit(ctx context.Context, args []string) error {
 	var cfg serveConfig
-	f := newFlags("audit")
-	cfg.define(f)
+	f := newFlags("audit", auditUsage)
 	var prefix string
 	var repair, asJSON bool
 	f.StringVar(&prefix, "prefix", "", "audit only keys under this prefix")
 	f.BoolVar(&repair, "repair", false, "record each divergent key through the settle path (never deletes bytes)")
 	f.BoolVar(&asJSON, "json", false, "print the findings as JSON")
+	f.database(&cfg.DatabaseURL)
+	f.store(&cfg.Store)
+	cfg.defineLease(f)
 	if err := f.Parse(args); err != nil {
 		return err
 	}
 	if f.NArg() != 1 {
-		fmt.Print(auditUsage)
-		return errors.New("name one bucket")
+		return errors.New("name one bucket: fencegate audit [flags] BUCKET (-h lists the flags)")
 	}
 	bucket := f.Arg(0)
-	if err := cfg.validate(); err != nil {
+	if err := cfg.validateLease(); err != nil {
 		return err
 	}
 	tool, err := openTool(ctx, cfg, 4, "fencegate audit")

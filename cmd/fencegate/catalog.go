@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"sync/atomic"
 	"time"
 
@@ -21,28 +22,32 @@ const catalogUsage = `usage: fencegate catalog import [flags] BUCKET
 Records in the catalog every object BUCKET already holds (each key is settled
 under its lease, as a writer would: a HEAD attributes its bytes), then marks
 the bucket complete, so later first writes to new keys need no HEAD.
-Takes the database and backend flags of 'fencegate serve'.
 `
 
 func cmdCatalog(ctx context.Context, args []string) error {
+	// `catalog -h` is `catalog import -h`: import is its one subcommand.
+	if len(args) > 0 && isHelp(args[0]) {
+		args = append([]string{"import"}, args...)
+	}
 	if len(args) == 0 || args[0] != "import" {
-		fmt.Print(catalogUsage)
-		return errors.New("missing subcommand")
+		fmt.Fprint(os.Stderr, catalogUsage)
+		return errors.New("missing subcommand: fencegate catalog import BUCKET")
 	}
 	var cfg serveConfig
-	f := newFlags("catalog import")
-	cfg.define(f)
+	f := newFlags("catalog import", catalogUsage)
 	workers := 16
 	f.IntVar(&workers, "workers", 16, "keys settled at once")
+	f.database(&cfg.DatabaseURL)
+	f.store(&cfg.Store)
+	cfg.defineLease(f)
 	if err := f.Parse(args[1:]); err != nil {
 		return err
 	}
 	if f.NArg() != 1 {
-		fmt.Print(catalogUsage)
-		return errors.New("name one bucket")
+		return errors.New("name one bucket: fencegate catalog import [flags] BUCKET (-h lists the flags)")
 	}
 	bucket := f.Arg(0)
-	if err := cfg.validate(); err != nil {
+	if err := cfg.validateLease(); err != nil {
 		return err
 	}
 	tool, err := openTool(ctx, cfg, int32(workers+2), "fencegate catalog import")

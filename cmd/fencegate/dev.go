@@ -28,10 +28,22 @@ const devUsage = `usage: fencegate dev <run|exec|stores>
   stores              build the pinned SeaweedFS and versitygw into the cache (once per machine)
 `
 
+const devRunUsage = `usage: fencegate dev run [flags]
+
+PostgreSQL, SeaweedFS and the gateway on this machine (behind make run). The
+env file it writes sets what every fencegate command needs for this stack:
+source it, and audit, status, keys, catalog import and migrate need no flag.
+`
+
 func cmdDev(ctx context.Context, args []string) error {
 	if len(args) == 0 {
 		fmt.Fprint(os.Stderr, devUsage)
 		return errors.New("missing subcommand")
+	}
+	if isHelp(args[0]) {
+		// dev run is the one with flags.
+		fmt.Fprint(os.Stderr, devUsage+"\n")
+		return devRun(ctx, args[:1])
 	}
 	switch args[0] {
 	case "run":
@@ -125,8 +137,7 @@ func dieWithParent() {
 }
 
 func devRun(ctx context.Context, args []string) error {
-	dieWithParent()
-	f := newFlags("dev run")
+	f := newFlags("dev run", devRunUsage)
 	var dir string
 	f.String(&dir, "dir", "FENCEGATE_DEV_DIR", ".fencegate", "folder for the stack's data, state and env file")
 	var logLevel string
@@ -134,6 +145,7 @@ func devRun(ctx context.Context, args []string) error {
 	if err := f.Parse(args); err != nil {
 		return err
 	}
+	dieWithParent()
 	dir, err := filepath.Abs(dir)
 	if err != nil {
 		return err
@@ -176,7 +188,7 @@ func devRun(ctx context.Context, args []string) error {
 	cfg := serveConfig{
 		Config:      gatewayConfig(st),
 		DatabaseURL: dbURL, ServerKey: st.ServerKey, Region: "", Domains: "localhost",
-		BackendURL: sw.URL, BackendKey: st.StoreAccess, BackendSecret: st.StoreSecret, BackendRegion: "us-east-1",
+		Store:    storeConfig{Endpoint: sw.URL, AccessKey: st.StoreAccess, SecretKey: st.StoreSecret, Region: "us-east-1"},
 		LogLevel: logLevel, DBMaxConns: 32, DBQueryTimeout: 10 * time.Second, ProbeBucket: "fencegate-probe",
 		Lease: lease.Config{TTL: 60 * time.Second, RenewEvery: 20 * time.Second, Margin: 10 * time.Second, WaitMax: 10 * time.Second, WaitLimit: 60 * time.Second, DBTimeout: 5 * time.Second,
 			SessionHeartbeat: 2 * time.Second, SessionTimeout: 10 * time.Second, SessionMargin: 2 * time.Second,
@@ -192,7 +204,7 @@ func devRun(ctx context.Context, args []string) error {
 		// with nothing but the env file sourced; the store's own key lets an
 		// operator write around the gateway on purpose (a backfill, a test of
 		// convergence).
-		env := fmt.Sprintf("export FENCEGATE_ENDPOINT=%s\nexport AWS_ACCESS_KEY_ID=%s\nexport AWS_SECRET_ACCESS_KEY=%s\nexport AWS_DEFAULT_REGION=us-east-1\nexport AWS_REGION=us-east-1\nexport FENCEGATE_ADMIN_ENDPOINT=http://%s\nexport FENCEGATE_STORE_ENDPOINT=%s\nexport FENCEGATE_STORE_ACCESS_KEY_ID=%s\nexport FENCEGATE_STORE_SECRET_ACCESS_KEY=%s\nexport DATABASE_URL=%s\nexport FENCEGATE_SERVER_KEY=%s\n",
+		env := fmt.Sprintf("export FENCEGATE_ENDPOINT=%s\nexport AWS_ACCESS_KEY_ID=%s\nexport AWS_SECRET_ACCESS_KEY=%s\nexport AWS_DEFAULT_REGION=us-east-1\nexport AWS_REGION=us-east-1\nexport FENCEGATE_ADMIN_ENDPOINT=http://%s\nexport FENCEGATE_STORE_ENDPOINT=%s\nexport FENCEGATE_STORE_ACCESS_KEY_ID=%s\nexport FENCEGATE_STORE_SECRET_ACCESS_KEY=%s\nexport FENCEGATE_STORE_REGION=us-east-1\nexport DATABASE_URL=%s\nexport FENCEGATE_SERVER_KEY=%s\n",
 			endpoint, st.AccessKey, st.SecretKey, adminAddr, sw.URL, st.StoreAccess, st.StoreSecret, dbURL, st.ServerKey)
 		envPath := filepath.Join(dir, "env")
 		if err := stack.WritePrivateFile(envPath, []byte(env)); err != nil {
@@ -205,6 +217,7 @@ fencegate is up.
   secret key:   %s
   region:       us-east-1
   health:       http://%s/healthz   metrics: http://%s/metrics
+  console:      http://%s/console/
   database:     %s
   data:         %s (private: folders 0700, files 0600)
 
@@ -212,7 +225,7 @@ fencegate is up.
   aws --endpoint-url "$FENCEGATE_ENDPOINT" s3 ls
 
 Ctrl-C stops the gateway, SeaweedFS and PostgreSQL.
-`, endpoint, st.AccessKey, st.SecretKey, adminAddr, adminAddr, dbURL, dir, envPath)
+`, endpoint, st.AccessKey, st.SecretKey, adminAddr, adminAddr, adminAddr, dbURL, dir, envPath)
 	})
 }
 

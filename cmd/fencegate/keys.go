@@ -21,6 +21,7 @@ const keysUsage = `usage: fencegate keys <create|list|grant|revoke|delete> [flag
   delete KEY                            remove a key
 
 GRANT is PERMISSION:BUCKET, PERMISSION one of read, write, admin; BUCKET '*' is every bucket.
+Every subcommand takes the flags below (--description: create only).
 `
 
 func parseGrants(args []string) ([]meta.Grant, error) {
@@ -40,20 +41,29 @@ func parseGrants(args []string) ([]meta.Grant, error) {
 }
 
 func cmdKeys(ctx context.Context, args []string) error {
-	if len(args) == 0 {
-		fmt.Fprint(os.Stderr, keysUsage)
-		return errors.New("missing subcommand")
-	}
-	sub := args[0]
-	f := newFlags("keys " + sub)
+	f := newFlags("keys", keysUsage)
 	var dbURL, serverKey, serverKeyFile, description string
+	f.StringVar(&description, "description", "", "what the key is for (create)")
 	f.database(&dbURL)
 	f.serverKey(&serverKey, &serverKeyFile)
-	if sub == "create" {
-		f.StringVar(&description, "description", "", "what the key is for")
+	if len(args) == 0 {
+		f.Usage()
+		return errors.New("missing subcommand")
+	}
+	if isHelp(args[0]) {
+		return f.Parse(args[:1])
+	}
+	sub := args[0]
+	switch sub {
+	case "create", "list", "grant", "revoke", "delete":
+	default:
+		return fmt.Errorf("unknown subcommand %q: one of create, list, grant, revoke, delete", sub)
 	}
 	if err := f.Parse(args[1:]); err != nil {
 		return err
+	}
+	if description != "" && sub != "create" {
+		return errors.New("--description is for keys create")
 	}
 	keys, closeKeys, err := openKeys(ctx, dbURL, serverKey, serverKeyFile)
 	if err != nil {
@@ -104,9 +114,6 @@ func cmdKeys(ctx context.Context, args []string) error {
 			return errors.New("usage: fencegate keys delete KEY")
 		}
 		return keys.Delete(ctx, rest[0])
-	default:
-		fmt.Fprint(os.Stderr, keysUsage)
-		return fmt.Errorf("unknown subcommand %q", sub)
 	}
 	return nil
 }

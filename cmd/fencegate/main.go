@@ -1,57 +1,96 @@
 // Command fencegate is the one binary: the gateway (`serve`), its schema
-// (`migrate`), access keys (`keys`) and the local development stack (`dev`).
+// (`migrate`), access keys (`keys`), the operator's tools and the local
+// development stack (`dev`).
 package main
 
 import (
 	"context"
+	"errors"
+	"flag"
 	"fmt"
+	"io"
 	"os"
 	"os/signal"
 	"syscall"
 )
 
-const usage = `usage: fencegate <command> [flags]
+// command is one subcommand: `fencegate help` lists the summaries, in this
+// order. run parses its own flags (newFlags: each command defines only the
+// flags it uses, and prints them on -h).
+type command struct {
+	name    string
+	summary string
+	run     func(ctx context.Context, args []string) error
+}
 
-commands:
-  serve     run the S3 gateway
-  migrate   apply the embedded database migrations
-  keys      manage access keys: create, list, grant, revoke, delete
-  catalog   'catalog import BUCKET': record what a bucket already holds, mark it complete
-  audit     'audit BUCKET [--prefix P] [--repair]': store vs catalog; exit 3 on divergence
-  status    leases, unknown guards, uploads, reconciler backlog and passes, outbox (--json)
-  dev       local stack: 'dev run' (behind make run), 'dev exec -- CMD' (behind make test)
+// commands is every subcommand; adding one is one line here.
+var commands = []command{
+	{"serve", "run the S3 gateway", cmdServe},
+	{"migrate", "apply the database migrations this binary carries", cmdMigrate},
+	{"keys", "manage access keys: create, list, grant, revoke, delete", cmdKeys},
+	{"catalog", "'catalog import BUCKET': record what a bucket already holds, mark it complete", cmdCatalog},
+	{"audit", "'audit BUCKET': compare the store with the catalog (--repair records); exit 3 on divergence", cmdAudit},
+	{"status", "leases, sessions, unknown guards, uploads, reconciler backlog and passes, outbox (--json)", cmdStatus},
+	{"dev", "local stack: 'dev run' (behind make run), 'dev exec -- CMD' (behind make test)", cmdDev},
+}
 
-'fencegate <command> -h' lists a command's flags and their FENCEGATE_* variables.
-`
+func lookup(name string) (command, bool) {
+	for _, c := range commands {
+		if c.name == name {
+			return c, true
+		}
+	}
+	return command{}, false
+}
+
+func printUsage(w io.Writer) {
+	fmt.Fprint(w, "usage: fencegate <command> [flags] [args]\n\ncommands:\n")
+	for _, c := range commands {
+		fmt.Fprintf(w, "  %-9s %s\n", c.name, c.summary)
+	}
+	fmt.Fprint(w, `  help      this list; 'fencegate help COMMAND' is 'fencegate COMMAND -h'
+
+Each command takes only its own flags; 'fencegate COMMAND -h' lists them with
+their FENCEGATE_* variables (a flag wins over its variable). After
+'source .fencegate/env' (written by make run) every command works on that
+stack with no flag. The flag reference: docs/FLAGS.md.
+`)
+}
+
+func isHelp(arg string) bool {
+	return arg == "-h" || arg == "-help" || arg == "--help" || arg == "help"
+}
 
 func main() {
 	if len(os.Args) < 2 {
-		fmt.Fprint(os.Stderr, usage)
+		printUsage(os.Stderr)
 		os.Exit(2)
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	cmds := map[string]func(context.Context, []string) error{
-		"serve":   cmdServe,
-		"migrate": cmdMigrate,
-		"keys":    cmdKeys,
-		"dev":     cmdDev,
-		"catalog": cmdCatalog,
-		"audit":   cmdAudit,
-		"status":  cmdStatus,
-	}
 	name, args := os.Args[1], os.Args[2:]
-	fn, ok := cmds[name]
-	if !ok {
-		if name != "-h" && name != "--help" && name != "help" {
-			fmt.Fprintf(os.Stderr, "fencegate: unknown command %q\n\n", name)
+	if isHelp(name) {
+		if len(args) == 0 {
+			printUsage(os.Stdout)
+			return
 		}
-		fmt.Fprint(os.Stderr, usage)
+		name, args = args[0], []string{"-h"}
+	}
+	cmd, ok := lookup(name)
+	if !ok {
+		fmt.Fprintf(os.Stderr, "fencegate: unknown command %q\n\n", name)
+		printUsage(os.Stderr)
 		os.Exit(2)
 	}
-	if err := fn(ctx, args); err != nil {
+	err := cmd.run(ctx, args)
+	switch {
+	case err == nil:
+	case errors.Is(err, flag.ErrHelp):
+		// -h printed the command's flags.
+	default:
 		fmt.Fprintf(os.Stderr, "fencegate %s: %v\n", name, err)
-		if code, ok := err.(exitCode); ok {
+		var code exitCode
+		if errors.As(err, &code) {
 			os.Exit(int(code))
 		}
 		os.Exit(1)

@@ -8,8 +8,15 @@ import (
 	"github.com/fencegate/fencegate/meta"
 )
 
+const migrateUsage = `usage: fencegate migrate [flags]
+
+Applies the database migrations the binary carries that the database lacks,
+and prints the schema version. Run it before starting gateways of a new
+version (docs/OPERATING.md, "Upgrades and migrations").
+`
+
 func cmdMigrate(ctx context.Context, args []string) error {
-	f := newFlags("migrate")
+	f := newFlags("migrate", migrateUsage)
 	var dbURL string
 	f.database(&dbURL)
 	if err := f.Parse(args); err != nil {

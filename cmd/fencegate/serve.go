@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/fencegate/fencegate/internal/console"
 	"github.com/fencegate/fencegate/gateway"
 	"github.com/fencegate/fencegate/internal/wiring"
 	"github.com/fencegate/fencegate/lease"
@@ -17,17 +18,15 @@ import (
 	"github.com/fencegate/fencegate/store"
 )
 
-// serveConfig is everything `fencegate serve` reads from flags and FENCEGATE_*.
+// serveConfig is everything `fencegate serve` reads from flags and FENCEGATE_*;
+// the one-shot tools fill in the parts they define.
 type serveConfig struct {
 	gateway.Config
 	DatabaseURL    string
 	ServerKey      string
 	ServerKeyFile  string
 	Region         string
-	BackendURL     string
-	BackendKey     string
-	BackendSecret  string
-	BackendRegion  string
+	Store          storeConfig
 	Domains        string
 	AnonWrite      string
 	CORSOrigins    string
@@ -53,25 +52,39 @@ type serveConfig struct {
 	SpoolBudgetBytes int
 }
 
+const serveUsage = `usage: fencegate serve [flags]
+
+Runs the S3 gateway: the S3 API on --listen, /healthz, /readyz and /metrics on
+--admin-listen, the reconciler in the background. Needs a migrated database
+(fencegate migrate, or --migrate), the server key and the store's endpoint and
+keys. docs/OPERATING.md describes a deployment.
+`
+
 func (c *serveConfig) define(f envFlags) {
+	f.heading("listeners")
 	f.String(&c.Listen, "listen", "FENCEGATE_LISTEN", "127.0.0.1:9000", "S3 API listen address")
 	f.String(&c.AdminListen, "admin-listen", "FENCEGATE_ADMIN_LISTEN", "127.0.0.1:9001", "admin listen address: /healthz, /readyz, /metrics (empty disables)")
+	f.String(&c.AdminToken, "admin-token", "FENCEGATE_ADMIN_TOKEN", "", "when set, /readyz and /metrics require the header \"Authorization: Bearer TOKEN\" (/healthz stays open)")
 	f.String(&c.TLSCert, "tls-cert", "FENCEGATE_TLS_CERT", "", "PEM certificate: serve the S3 API over HTTPS")
 	f.String(&c.TLSKey, "tls-key", "FENCEGATE_TLS_KEY", "", "PEM private key for --tls-cert")
 	f.Duration(&c.ShutdownGrace, "shutdown-grace", "FENCEGATE_SHUTDOWN_GRACE", 30*time.Second, "how long in-flight requests may finish after SIGTERM")
 	f.database(&c.DatabaseURL)
+	f.Int(&c.DBMaxConns, "db-max-conns", "FENCEGATE_DB_MAX_CONNS", 32, "PostgreSQL connection pool size")
+	f.Duration(&c.DBQueryTimeout, "db-statement-timeout", "FENCEGATE_DB_STATEMENT_TIMEOUT", 10*time.Second, "server-side bound on every statement")
+	f.Bool(&c.Migrate, "migrate", "FENCEGATE_MIGRATE", false, "apply database migrations at start-up")
 	f.serverKey(&c.ServerKey, &c.ServerKeyFile)
+	f.store(&c.Store)
+	f.String(&c.ProbeBucket, "probe-bucket", "FENCEGATE_PROBE_BUCKET", "fencegate-probe", "bucket where the start-up probe proves the store rejects mismatched conditions (empty skips the probe)")
+	f.Bool(&c.RequireFencing, "require-fencing", "FENCEGATE_REQUIRE_FENCING", false, "refuse to start unless the probe proves every fenced operation and truncation safety")
+	f.heading("requests")
 	f.String(&c.Region, "region", "FENCEGATE_REGION", "", "region clients must sign for (empty: any region, as the store decides)")
-	f.String(&c.BackendURL, "backend-endpoint", "FENCEGATE_BACKEND_ENDPOINT", "", "URL of the S3 store behind the gateway")
-	f.String(&c.BackendKey, "backend-access-key", "FENCEGATE_BACKEND_ACCESS_KEY_ID", "", "the gateway's own access key at the store")
-	f.String(&c.BackendSecret, "backend-secret-key", "FENCEGATE_BACKEND_SECRET_ACCESS_KEY", "", "the gateway's own secret key at the store")
-	f.String(&c.BackendRegion, "backend-region", "FENCEGATE_BACKEND_REGION", "us-east-1", "region the gateway signs for at the store")
 	f.String(&c.Domains, "domains", "FENCEGATE_DOMAINS", "", "comma-separated domains for virtual-host addressing (bucket.DOMAIN)")
 	f.String(&c.AnonWrite, "anonymous-write-catalog", "FENCEGATE_ANONYMOUS_WRITE_BUCKETS", "", "comma-separated catalog where requests without credentials may write (PutObject, DeleteObject(s), multipart), through the write protocol; elsewhere they are refused")
 	f.String(&c.CORSOrigins, "cors-allow-origins", "FENCEGATE_CORS_ALLOW_ORIGINS", "", "comma-separated origins (each may hold one '*') allowed every method and header by CORS on catalog without a CORS configuration of their own (empty: none)")
 	f.Duration(&c.CORSCacheTTL, "cors-cache-ttl", "FENCEGATE_CORS_CACHE_TTL", 10*time.Second, "how long a bucket's CORS configuration read from the store is used before it is read again")
 	f.Bool(&c.SigV2, "sigv2", "FENCEGATE_SIGV2", true, "accept AWS Signature Version 2 (Authorization: AWS key:signature, and presigned URLs with AWSAccessKeyId, Signature and Expires); false answers them NotImplemented")
 	f.String(&c.TrustedProxies, "trusted-proxies", "FENCEGATE_TRUSTED_PROXIES", "", "comma-separated addresses or CIDRs of reverse proxies whose Forwarded / X-Forwarded-Host, -Proto and -For headers give the Host the client signed, its scheme and its address; from any other address those headers are ignored")
+	f.heading("connections and bodies")
 	f.Duration(&c.BodyStallTimeout, "body-stall-timeout", "FENCEGATE_BODY_STALL_TIMEOUT", 20*time.Second, "a request body that sends nothing for this long ends with RequestTimeout")
 	f.Duration(&c.HeaderTimeout, "header-timeout", "FENCEGATE_HEADER_TIMEOUT", 10*time.Second, "a connection must send a request's complete headers within this of its accept (of its first byte on a keep-alive connection), else it is closed")
 	f.Duration(&c.IdleTimeout, "idle-timeout", "FENCEGATE_IDLE_TIMEOUT", 2*time.Minute, "how long a keep-alive connection may wait for its next request")
@@ -82,57 +95,50 @@ func (c *serveConfig) define(f envFlags) {
 	f.Int(&c.SpoolMemoryBytes, "spool-memory", "FENCEGATE_SPOOL_MEMORY", 1<<20, "spooled bodies up to this many bytes stay in memory; larger ones go to an unlinked temporary file")
 	f.Int(&c.SpoolBudgetBytes, "spool-budget", "FENCEGATE_SPOOL_BUDGET", 256<<20, "bytes of spooled bodies held at once, memory and disk; a body that finds it spent streams instead")
 	f.String(&c.SpoolDir, "spool-dir", "FENCEGATE_SPOOL_DIR", "", "directory for spooled bodies' temporary files (default: the system's temporary directory)")
-	f.String(&c.AdminToken, "admin-token", "FENCEGATE_ADMIN_TOKEN", "", "when set, /readyz and /metrics require the header \"Authorization: Bearer TOKEN\" (/healthz stays open)")
+	c.defineLease(f)
+	f.Duration(&c.Lease.WaitPollListening, "lease-poll-listening", "FENCEGATE_LEASE_POLL_LISTENING", lease.DefaultWaitPollListening, "that poll while the release listener is subscribed (releases in other gateways wake the writer at once; the poll is the fallback)")
+	f.Bool(&c.LeaseListen, "lease-listen", "FENCEGATE_LEASE_LISTEN", true, "hold one PostgreSQL connection that LISTENs for releases of keys this gateway's writers wait for (off: they poll every --lease-poll; needed behind a pooler in transaction mode)")
+	f.heading("reconciler")
+	f.Duration(&c.Reconcile, "reconcile-interval", "FENCEGATE_RECONCILE_INTERVAL", 20*time.Second, "reconciler period (a scan also runs at start-up)")
+	c.defineLifecycle(f)
+	f.heading("logs")
+	f.String(&c.LogLevel, "log-level", "FENCEGATE_LOG_LEVEL", "info", "debug, info, warn or error")
+}
+
+// defineLease adds the write protocol's lease and session settings: serve's,
+// and the tools' that settle keys under their leases (audit --repair, catalog
+// import), which must use the gateways' (the guard horizon above all).
+func (c *serveConfig) defineLease(f envFlags) {
+	f.heading("leases and sessions")
 	f.Duration(&c.Lease.TTL, "lease-ttl", "FENCEGATE_LEASE_TTL", 60*time.Second, "key lease lifetime (on PostgreSQL's clock)")
 	f.Duration(&c.Lease.RenewEvery, "lease-renew", "FENCEGATE_LEASE_RENEW", 20*time.Second, "lease renewal period while a write is outstanding")
 	f.Duration(&c.Lease.Margin, "lease-margin", "FENCEGATE_LEASE_MARGIN", 10*time.Second, "local deadline = last renewal's send time + TTL - margin")
 	f.Duration(&c.Lease.WaitMax, "lease-wait", "FENCEGATE_LEASE_WAIT", 10*time.Second, "how long a writer waits for a leased key before 503 SlowDown")
 	f.Duration(&c.Lease.WaitLimit, "lease-wait-max", "FENCEGATE_LEASE_WAIT_MAX", 60*time.Second, "how long in all a writer waits for a leased key while the holder's bytes keep flowing")
 	f.Duration(&c.Lease.WaitPoll, "lease-poll", "FENCEGATE_LEASE_POLL", lease.DefaultWaitPoll, "how often the first writer waiting for a leased key asks for it again while no release listener is subscribed")
-	f.Duration(&c.Lease.WaitPollListening, "lease-poll-listening", "FENCEGATE_LEASE_POLL_LISTENING", lease.DefaultWaitPollListening, "that poll while the release listener is subscribed (releases in other gateways wake the writer at once; the poll is the fallback)")
-	f.Bool(&c.LeaseListen, "lease-listen", "FENCEGATE_LEASE_LISTEN", true, "hold one PostgreSQL connection that LISTENs for releases of keys this gateway's writers wait for (off: they poll every --lease-poll; needed behind a pooler in transaction mode)")
 	f.Duration(&c.Lease.DBTimeout, "db-timeout", "FENCEGATE_DB_TIMEOUT", 5*time.Second, "client-side bound on every database call of the write protocol")
 	f.Duration(&c.Lease.SessionHeartbeat, "session-heartbeat", "FENCEGATE_SESSION_HEARTBEAT", 2*time.Second, "how often the gateway extends its session on PostgreSQL's clock")
 	f.Duration(&c.Lease.SessionTimeout, "session-timeout", "FENCEGATE_SESSION_TIMEOUT", 10*time.Second, "a gateway whose session is not extended for this long is dead: its keys are free for others")
-	f.Duration(&c.Lease.GuardHorizon, "guard-horizon", "FENCEGATE_GUARD_HORIZON", lease.DefaultGuardHorizon, "how long a request sent to the store may still land after the gateway gave up on it (at least the store's own request-age limit, 15 min for SigV4); an unknown write older than this whose bytes are not found is closed as unable to land")
 	f.Duration(&c.Lease.SessionMargin, "session-margin", "FENCEGATE_SESSION_MARGIN", 2*time.Second, "local session deadline = last heartbeat's send time + session timeout - margin; past it, in-flight writes are cut and new ones refused")
-	f.Duration(&c.Reconcile, "reconcile-interval", "FENCEGATE_RECONCILE_INTERVAL", 20*time.Second, "reconciler period (a scan also runs at start-up)")
-	c.defineLifecycle(f)
-	f.String(&c.ProbeBucket, "probe-bucket", "FENCEGATE_PROBE_BUCKET", "fencegate-probe", "bucket where the start-up probe proves the store rejects mismatched conditions (empty skips the probe)")
-	f.Bool(&c.RequireFencing, "require-fencing", "FENCEGATE_REQUIRE_FENCING", false, "refuse to start unless the probe proves every fenced operation and truncation safety")
-	f.String(&c.LogLevel, "log-level", "FENCEGATE_LOG_LEVEL", "info", "debug, info, warn or error")
-	f.Bool(&c.Migrate, "migrate", "FENCEGATE_MIGRATE", false, "apply database migrations at start-up")
-	f.Int(&c.DBMaxConns, "db-max-conns", "FENCEGATE_DB_MAX_CONNS", 32, "PostgreSQL connection pool size")
-	f.Duration(&c.DBQueryTimeout, "db-statement-timeout", "FENCEGATE_DB_STATEMENT_TIMEOUT", 10*time.Second, "server-side bound on every statement")
+	f.Duration(&c.Lease.GuardHorizon, "guard-horizon", "FENCEGATE_GUARD_HORIZON", lease.DefaultGuardHorizon, "how long a request sent to the store may still land after the gateway gave up on it (at least the store's own request-age limit, 15 min for SigV4); an unknown write older than this whose bytes are not found is closed as unable to land")
 }
 
-// store is the backend flags as the store client's configuration.
+// store is the store flags as the store client's configuration.
 func (c *serveConfig) store() store.Config {
-	return store.Config{Endpoint: c.BackendURL, AccessKey: c.BackendKey, SecretKey: c.BackendSecret, Region: c.BackendRegion}
+	return store.Config{Endpoint: c.Store.Endpoint, AccessKey: c.Store.AccessKey, SecretKey: c.Store.SecretKey, Region: c.Store.Region}
 }
 
-func (c *serveConfig) validate() error {
-	var missing []string
-	for name, v := range map[string]string{"--database-url": c.DatabaseURL, "--backend-endpoint": c.BackendURL,
-		"--backend-access-key": c.BackendKey, "--backend-secret-key": c.BackendSecret} {
-		if v == "" {
-			missing = append(missing, name)
-		}
-	}
-	if len(missing) > 0 {
-		return fmt.Errorf("missing configuration: %s", strings.Join(missing, ", "))
-	}
-	// The lease and reconciler configurations fill in a zero with a default
-	// (and the reconciler's ticker panics on a negative period): a zero or
-	// negative flag is refused here rather than silently replaced.
+// validateLease refuses a zero or negative lease setting: the lease
+// configuration fills in a zero with a default, so it is refused here rather
+// than silently replaced.
+func (c *serveConfig) validateLease() error {
 	for _, d := range []struct {
 		flag string
 		v    time.Duration
 	}{
 		{"--lease-ttl", c.Lease.TTL}, {"--lease-renew", c.Lease.RenewEvery}, {"--lease-margin", c.Lease.Margin},
 		{"--lease-wait", c.Lease.WaitMax}, {"--lease-wait-max", c.Lease.WaitLimit}, {"--db-timeout", c.Lease.DBTimeout},
-		{"--lease-poll", c.Lease.WaitPoll}, {"--lease-poll-listening", c.Lease.WaitPollListening},
-		{"--reconcile-interval", c.Reconcile}, {"--session-heartbeat", c.Lease.SessionHeartbeat},
+		{"--lease-poll", c.Lease.WaitPoll}, {"--session-heartbeat", c.Lease.SessionHeartbeat},
 		{"--session-timeout", c.Lease.SessionTimeout}, {"--session-margin", c.Lease.SessionMargin},
 		{"--guard-horizon", c.Lease.GuardHorizon},
 	} {
@@ -143,12 +149,40 @@ func (c *serveConfig) validate() error {
 	if err := c.Lease.Validate(); err != nil {
 		return fmt.Errorf("--lease-renew, --lease-ttl, --lease-margin, --lease-wait-max, --session-*: %w", err)
 	}
+	return nil
+}
+
+// validate checks serve's whole configuration (also dev run's, built in code).
+func (c *serveConfig) validate() error {
+	var missing []string
+	for _, m := range []struct{ v, name string }{{c.DatabaseURL, "--database-url or $FENCEGATE_DATABASE_URL"},
+		{c.Store.Endpoint, "--store-endpoint or $FENCEGATE_STORE_ENDPOINT"}, {c.Store.AccessKey, "--store-access-key or $FENCEGATE_STORE_ACCESS_KEY_ID"},
+		{c.Store.SecretKey, "--store-secret-key or $FENCEGATE_STORE_SECRET_ACCESS_KEY"}} {
+		if m.v == "" {
+			missing = append(missing, m.name)
+		}
+	}
+	if len(missing) > 0 {
+		return fmt.Errorf("missing configuration: set %s", strings.Join(missing, "; "))
+	}
+	// The reconciler's ticker panics on a negative period.
+	for _, d := range []struct {
+		flag string
+		v    time.Duration
+	}{{"--lease-poll-listening", c.Lease.WaitPollListening}, {"--reconcile-interval", c.Reconcile}} {
+		if d.v <= 0 {
+			return fmt.Errorf("%s must be a positive duration (got %v)", d.flag, d.v)
+		}
+	}
+	if err := c.validateLease(); err != nil {
+		return err
+	}
 	return c.validateLifecycle()
 }
 
 func cmdServe(ctx context.Context, args []string) error {
 	var cfg serveConfig
-	f := newFlags("serve")
+	f := newFlags("serve", serveUsage)
 	cfg.define(f)
 	if err := f.Parse(args); err != nil {
 		return err
@@ -250,6 +284,8 @@ func runServe(ctx context.Context, cfg serveConfig, started func(s3Addr, adminAd
 		Leases:  leases,
 		Buckets: wiring.Buckets{Catalog: catalog},
 		Keys:    wiring.KeySource{Keys: &meta.Keys{Pool: pool, Sealer: sealer}},
+		Console: (&console.Console{Catalog: &meta.Catalog{Pool: pool},
+			UploadIdle: cfg.Lifecycle.UploadIdle, UploadCreateSettle: cfg.Lifecycle.UploadCreateSettle}).Handler(),
 		Readiness: []gateway.Check{
 			{Name: "postgres", Run: func(ctx context.Context) error { return pool.Ping(ctx) }},
 			{Name: "session", Run: func(context.Context) error {
@@ -281,7 +317,7 @@ func runServe(ctx context.Context, cfg serveConfig, started func(s3Addr, adminAd
 		stopRec()
 		svc.Wait()
 	}()
-	log.Info("fencegate serving", "s3", srv.Addr(), "admin", srv.AdminAddr(), "backend", cfg.BackendURL)
+	log.Info("fencegate serving", "s3", srv.Addr(), "admin", srv.AdminAddr(), "store", cfg.Store.Endpoint)
 	if started != nil {
 		started(srv.Addr(), srv.AdminAddr())
 	}

@@ -2,13 +2,13 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"os"
 	"sort"
 	"text/tabwriter"
 	"time"
 
+	"github.com/fencegate/fencegate/internal/console"
 	"github.com/fencegate/fencegate/meta"
 )
 
@@ -17,25 +17,22 @@ const statusUsage = `usage: fencegate status [--json] [flags]
 Shows, from the database alone: live leases per gateway, unknown guards
 (count, oldest age), multipart uploads (open, abandoned, Creates whose
 upload id is not recorded, foreign), the reconciler's backlog and each
-gateway's last pass per work kind, and the outbox backlog. Takes the database
-and lifecycle flags of 'fencegate serve' (--upload-abandoned-after decides
-which uploads count as abandoned, --upload-create-settle when an open upload
-without an id stops counting as a Create in flight).
+gateway's last pass per work kind, and the outbox backlog.
+--upload-abandoned-after decides which uploads count as abandoned,
+--upload-create-settle when an open upload without an id stops counting as a
+Create in flight: give them the gateways' values.
 `
 
 func cmdStatus(ctx context.Context, args []string) error {
 	var cfg serveConfig
-	f := newFlags("status")
-	f.database(&cfg.DatabaseURL)
-	cfg.defineLifecycle(f)
+	f := newFlags("status", statusUsage)
 	var asJSON bool
 	f.BoolVar(&asJSON, "json", false, "print JSON")
-	f.Usage = func() { fmt.Fprint(os.Stderr, statusUsage); f.PrintDefaults() }
+	f.database(&cfg.DatabaseURL)
+	f.heading("multipart uploads")
+	cfg.defineUploadAges(f)
 	if err := f.Parse(args); err != nil {
 		return err
-	}
-	if cfg.DatabaseURL == "" {
-		return fmt.Errorf("missing configuration: --database-url")
 	}
 	pool, err := meta.Open(ctx, cfg.DatabaseURL, meta.PoolConfig{MaxConns: 2, ApplicationName: "fencegate status"})
 	if err != nil {
@@ -45,14 +42,14 @@ func cmdStatus(ctx context.Context, args []string) error {
 	if err := checkSchema(ctx, pool); err != nil {
 		return err
 	}
-	s, err := (&meta.Catalog{Pool: pool}).ReadStatus(ctx, cfg.Lifecycle.UploadIdle, cfg.Lifecycle.UploadCreateSettle)
+	// The console's overview: the same figures, and the same JSON.
+	c := &console.Console{Catalog: &meta.Catalog{Pool: pool}, UploadIdle: cfg.Lifecycle.UploadIdle, UploadCreateSettle: cfg.Lifecycle.UploadCreateSettle}
+	s, err := c.Overview(ctx)
 	if err != nil {
 		return err
 	}
 	if asJSON {
-		enc := json.NewEncoder(os.Stdout)
-		enc.SetIndent("", "  ")
-		return enc.Encode(s)
+		return console.WriteJSON(os.Stdout, s)
 	}
 	printStatus(s)
 	return nil

@@ -11,7 +11,7 @@ import (
 	"time"
 )
 
-// Pinned store versions (docs/DESIGN.md, the test stores). The cache path is keyed by them, so bumping
+// Pinned store versions (docs/TESTING.md, the test stores). The cache path is keyed by them, so bumping
 // a version builds the new one beside the old.
 const (
 	SeaweedFSModule  = "github.com/seaweedfs/seaweedfs"

@@ -82,12 +82,12 @@ func (c ServeConfig) Environ() []string {
 	env := append(os.Environ(),
 		"FENCEGATE_DATABASE_URL="+c.DatabaseURL,
 		"FENCEGATE_SERVER_KEY="+c.ServerKey,
-		"FENCEGATE_BACKEND_ENDPOINT="+c.Store.URL,
-		"FENCEGATE_BACKEND_ACCESS_KEY_ID="+c.Store.AccessKey,
-		"FENCEGATE_BACKEND_SECRET_ACCESS_KEY="+c.Store.SecretKey,
+		"FENCEGATE_STORE_ENDPOINT="+c.Store.URL,
+		"FENCEGATE_STORE_ACCESS_KEY_ID="+c.Store.AccessKey,
+		"FENCEGATE_STORE_SECRET_ACCESS_KEY="+c.Store.SecretKey,
 	)
 	if c.Store.Region != "" {
-		env = append(env, "FENCEGATE_BACKEND_REGION="+c.Store.Region)
+		env = append(env, "FENCEGATE_STORE_REGION="+c.Store.Region)
 	}
 	if c.LogLevel != "" {
 		env = append(env, "FENCEGATE_LOG_LEVEL="+c.LogLevel)

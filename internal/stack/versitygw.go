@@ -28,7 +28,7 @@ func StartVersitygwPosix(ctx context.Context, bin, dir, accessKey, secretKey str
 
 // StartVersitygwProxy serves backend through versitygw's `s3` proxy. Over a
 // plain-HTTP backend it fails aws-chunked and presigned uploads unless its data
-// integrity check is off (docs/DESIGN.md, the test stores).
+// integrity check is off (docs/TESTING.md, the test stores).
 func StartVersitygwProxy(ctx context.Context, bin, logDir string, backend Endpoint, accessKey, secretKey string) (*Versitygw, error) {
 	return startVersitygw(ctx, bin, filepath.Join(logDir, "versitygw-s3.log"), accessKey, secretKey,
 		"s3", "--access", backend.AccessKey, "--secret", backend.SecretKey, "--endpoint", backend.URL,
