@@ -10,8 +10,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/fencegate/fencegate/internal/console"
 	"github.com/fencegate/fencegate/gateway"
+	"github.com/fencegate/fencegate/internal/console"
 	"github.com/fencegate/fencegate/internal/wiring"
 	"github.com/fencegate/fencegate/lease"
 	"github.com/fencegate/fencegate/meta"
