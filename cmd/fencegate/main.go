@@ -19,6 +19,7 @@ commands:
   catalog   'catalog import BUCKET': record what a bucket already holds, mark it complete
   audit     'audit BUCKET [--prefix P] [--repair]': store vs catalog; exit 3 on divergence
   status    leases, unknown guards, uploads, reconciler backlog and passes, outbox (--json)
+  targets   event notification targets: 'targets add webhook|nats NAME', list, remove, redrive
   dev       local stack: 'dev run' (behind make run), 'dev exec -- CMD' (behind make test)
 
 'fencegate <command> -h' lists a command's flags and their FENCEGATE_* variables.
@@ -39,6 +40,7 @@ func main() {
 		"catalog": cmdCatalog,
 		"audit":   cmdAudit,
 		"status":  cmdStatus,
+		"targets": cmdTargets,
 	}
 	name, args := os.Args[1], os.Args[2:]
 	fn, ok := cmds[name]
