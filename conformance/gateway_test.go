@@ -166,9 +166,10 @@ func startGateway(t *testing.T, o gatewayOptions) *testGateway {
 	}
 	srv, err := gateway.New(ctx, cfg, gateway.Deps{
 		Log:     slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: logLevel})),
-		Keys:    wiring.KeySource{Keys: keys},
-		Leases:  leases,
-		Tracker: tracker,
+		Keys:          wiring.KeySource{Keys: keys},
+		Leases:        leases,
+		Tracker:       tracker,
+		Notifications: wiring.Notifications{Targets: &meta.Targets{Pool: pool}},
 	})
 	if err != nil {
 		t.Fatal(err)

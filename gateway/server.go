@@ -155,6 +155,9 @@ type Deps struct {
 	Leases    *lease.Manager
 	Tracker   Tracker
 	Readiness []Check
+	// Notifications keeps buckets' notification configurations; nil answers
+	// their operations NotImplemented.
+	Notifications Notifications
 }
 
 // Server is a running gateway.

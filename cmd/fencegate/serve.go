@@ -250,6 +250,9 @@ func runServe(ctx context.Context, cfg serveConfig, started func(s3Addr, adminAd
 		Leases:  leases,
 		Tracker: tracker,
 		Keys:    wiring.KeySource{Keys: &meta.Keys{Pool: pool, Sealer: sealer}},
+		// Buckets' notification configurations; the events are delivered by
+		// the notify service below.
+		Notifications: wiring.Notifications{Targets: &meta.Targets{Pool: pool}},
 		Readiness: []gateway.Check{
 			{Name: "postgres", Run: func(ctx context.Context) error { return pool.Ping(ctx) }},
 			{Name: "session", Run: func(context.Context) error {
