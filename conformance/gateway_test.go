@@ -165,7 +165,7 @@ func startGateway(t *testing.T, o gatewayOptions) *testGateway {
 		go func() { _ = leases.ListenForReleases(ctx, w) }()
 	}
 	srv, err := gateway.New(ctx, cfg, gateway.Deps{
-		Log:     slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: logLevel})),
+		Log:           slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: logLevel})),
 		Keys:          wiring.KeySource{Keys: keys},
 		Leases:        leases,
 		Tracker:       tracker,

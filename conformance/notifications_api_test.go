@@ -141,7 +141,11 @@ func TestBucketNotificationAWSCLI(t *testing.T) {
 			Id       string
 			QueueArn string
 			Events   []string
-			Filter   struct{ Key struct{ FilterRules []struct{ Name, Value string } } }
+			Filter   struct {
+				Key struct {
+					FilterRules []struct{ Name, Value string }
+				}
+			}
 		}
 	}
 	decodeJSON(t, aws.run("s3api", "get-bucket-notification-configuration", "--bucket", bucket), &got)
