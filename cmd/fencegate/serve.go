@@ -15,6 +15,7 @@ import (
 	"github.com/fencegate/fencegate/internal/wiring"
 	"github.com/fencegate/fencegate/lease"
 	"github.com/fencegate/fencegate/meta"
+	"github.com/fencegate/fencegate/notify"
 )
 
 // serveConfig is everything `fencegate serve` reads from flags and FENCEGATE_*.
@@ -51,6 +52,8 @@ type serveConfig struct {
 	SpoolMaxBytes    int
 	SpoolMemoryBytes int
 	SpoolBudgetBytes int
+	Notify           notify.Config
+	NotifyOff        bool
 }
 
 func (c *serveConfig) define(f envFlags) {
@@ -98,6 +101,7 @@ func (c *serveConfig) define(f envFlags) {
 	f.Duration(&c.Lease.SessionMargin, "session-margin", "FENCEGATE_SESSION_MARGIN", 2*time.Second, "local session deadline = last heartbeat's send time + session timeout - margin; past it, in-flight writes are cut and new ones refused")
 	f.Duration(&c.Reconcile, "reconcile-interval", "FENCEGATE_RECONCILE_INTERVAL", 20*time.Second, "reconciler period (a scan also runs at start-up)")
 	c.defineLifecycle(f)
+	c.defineNotify(f)
 	f.String(&c.ProbeBucket, "probe-bucket", "FENCEGATE_PROBE_BUCKET", "fencegate-probe", "bucket where the start-up probe proves the store rejects mismatched conditions (empty skips the probe)")
 	f.Bool(&c.RequireFencing, "require-fencing", "FENCEGATE_REQUIRE_FENCING", false, "refuse to start unless the probe proves every fenced operation and truncation safety")
 	f.String(&c.LogLevel, "log-level", "FENCEGATE_LOG_LEVEL", "info", "debug, info, warn or error")
@@ -283,6 +287,14 @@ func runServe(ctx context.Context, cfg serveConfig, started func(s3Addr, adminAd
 	defer func() {
 		stopRec()
 		svc.Wait()
+	}()
+	// Event notifications: delivered while this gateway holds a target's
+	// claim; stopped (claims released) before the session ends.
+	notifyCtx, stopNotify := context.WithCancel(ctx)
+	waitNotify := startNotify(notifyCtx, cfg, pool, sealer, leases.SessionID(), srv.Registry(), log)
+	defer func() {
+		stopNotify()
+		waitNotify()
 	}()
 	log.Info("fencegate serving", "s3", srv.Addr(), "admin", srv.AdminAddr(), "backend", cfg.BackendURL)
 	if started != nil {
