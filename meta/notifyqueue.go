@@ -43,14 +43,18 @@ func (t *Targets) ReleaseTarget(ctx context.Context, target, holder string) erro
 // Due reads the target's due events in queue order. An event whose key has
 // an earlier event waiting for its retry is left for later: each key's events
 // go out in generation order. Every earlier event of a returned one's key is
-// returned too (same key, lower id, due).
+// returned too (same key, lower id, due). Both tests read one instant,
+// statement_timestamp(): with clock_timestamp(), read anew per row, an event
+// whose retry came due mid-statement could be skipped while a later one of
+// its key, tested a moment later, was taken (seen, and fixed, in
+// TestNotifyWebhookFlakyReceiver).
 func (t *Targets) Due(ctx context.Context, target string, limit int) ([]notify.Event, error) {
 	rows, err := t.Pool.Query(ctx, `SELECT q.id, q.outbox_id, q.event_name, q.bucket, q.key, q.generation,
 			coalesce(q.etag, ''), coalesce(q.size, 0), coalesce(q.attempt_id::text, ''), q.committed_at, q.tries
 		FROM notify_queue q
-		WHERE q.target = $1 AND q.next_at <= clock_timestamp()
+		WHERE q.target = $1 AND q.next_at <= statement_timestamp()
 		  AND NOT EXISTS (SELECT 1 FROM notify_queue p WHERE p.target = q.target AND p.bucket = q.bucket AND p.key = q.key
-		                  AND p.id < q.id AND p.next_at > clock_timestamp())
+		                  AND p.id < q.id AND p.next_at > statement_timestamp())
 		ORDER BY q.id LIMIT $2`, target, limit)
 	if err != nil {
 		return nil, err

@@ -206,6 +206,13 @@ func (s *Service) round(ctx context.Context, t Target, snd sender) int {
 	if len(evs) == 0 {
 		return 0
 	}
+	if s.log.Enabled(ctx, slog.LevelDebug) {
+		ids := make([]int64, len(evs))
+		for i, e := range evs {
+			ids[i] = e.QueueID
+		}
+		s.log.Debug("notify: round", "target", t.Name, "queue_ids", ids)
+	}
 	rctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	renewed := make(chan struct{})
@@ -261,6 +268,7 @@ func (s *Service) deliver(ctx context.Context, snd sender, e Event) bool {
 	sctx, cancel := context.WithTimeout(ctx, s.cfg.Timeout)
 	err := snd.send(sctx, e)
 	cancel()
+	s.log.Debug("notify: sent", "target", e.Target, "event", e.ID(), "queue_id", e.QueueID, "key", e.Key, "generation", e.Generation, "tries", e.Tries, "err", err)
 	dctx, dcancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer dcancel()
 	if err == nil {
