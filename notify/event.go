@@ -18,7 +18,7 @@ import (
 type Event struct {
 	QueueID     int64 // the queue row; order per key
 	Target      string
-	OutboxID    int64 // the event's id: the same for every target and every try
+	OutboxID    int64  // the event's id: the same for every target and every try
 	Name        string // "ObjectCreated:Put", "ObjectRemoved:Delete", ...
 	Bucket, Key string
 	Generation  int64
