@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -32,7 +33,8 @@ var fastNotifyEnv = []string{"FENCEGATE_NOTIFY_TIMEOUT=300ms", "FENCEGATE_NOTIFY
 type gotEvent struct {
 	Key, ID, Name, Sequencer string
 	Generation               int64
-	Acked                    bool // answered 2xx in time (webhook) / in the stream (NATS)
+	Acked                    bool      // answered 2xx in time (webhook) / in the stream (NATS)
+	CommittedAt, At          time.Time // the event's eventTime; when the receiver got it
 }
 
 // parseEvent reads S3's {"Records":[...]} format.
@@ -68,7 +70,9 @@ func parseEvent(t *testing.T, body []byte) gotEvent {
 	if r.EventVersion != "2.1" || r.EventSource != "fencegate:s3" || r.EventTime == "" {
 		t.Errorf("event header: %s", body)
 	}
-	return gotEvent{Key: key, ID: r.Fencegate.EventID, Name: r.EventName, Generation: r.Fencegate.Generation, Sequencer: r.S3.Object.Sequencer}
+	at, _ := time.Parse(time.RFC3339Nano, r.EventTime)
+	return gotEvent{Key: key, ID: r.Fencegate.EventID, Name: r.EventName, Generation: r.Fencegate.Generation, Sequencer: r.S3.Object.Sequencer,
+		CommittedAt: at, At: time.Now()}
 }
 
 // flakyReceiver is a webhook endpoint on a fixed address that can be stopped
@@ -389,4 +393,36 @@ func TestNotifyGatewayKilledMidDelivery(t *testing.T) {
 	waitFor(t, "the survivor to drain the queue", 60*time.Second, func() bool { return queueEmpty(t, tg.Name) })
 	dups := checkDelivered(t, committedEvents(t, bucket), rcv.events(), "")
 	t.Logf("queue drained %v after the kill; %d events received, %d duplicates", time.Since(killedAt).Round(time.Millisecond), len(rcv.events()), dups)
+}
+
+// Lag with the default settings (500 ms poll) under a steady small-PUT
+// workload, and a receiver that always answers: commit to receipt, per
+// event. Measured, and bounded loosely so that a stalled delivery fails.
+func TestNotifyLag(t *testing.T) {
+	g := startGatewayProcess(t, testenv.Store(t))
+	bucket := "t-notify-lag-" + randomSuffix()
+	createBucket(t, g.Endpoint, bucket)
+	rcv := startFlakyReceiver(t, "", func(int64) (int, time.Duration) { return 200, 0 })
+	tg := addTarget(t, "webhook", "lag-"+randomSuffix(), "--url", "http://"+rcv.addr+"/")
+	configureBucket(t, g.Endpoint, bucket, tg.ARN)
+	start := time.Now()
+	n := mixedWorkload(t, g.Endpoint, bucket, 4, 32, 3*time.Second, nil)
+	writing := time.Since(start)
+	waitFor(t, "the queue to drain", 30*time.Second, func() bool { return queueEmpty(t, tg.Name) })
+	got := rcv.events()
+	checkDelivered(t, committedEvents(t, bucket), got, "")
+	var lags []time.Duration
+	for _, e := range got {
+		lags = append(lags, e.At.Sub(e.CommittedAt))
+	}
+	slices.Sort(lags)
+	if len(lags) < 20 {
+		t.Fatalf("only %d events", len(lags))
+	}
+	p50, p99 := lags[len(lags)/2], lags[len(lags)*99/100]
+	t.Logf("%d writes in %v (%.0f/s), %d events; lag commit to receipt p50 %v, p99 %v, max %v",
+		n, writing.Round(time.Millisecond), float64(n)/writing.Seconds(), len(got), p50.Round(time.Millisecond), p99.Round(time.Millisecond), lags[len(lags)-1].Round(time.Millisecond))
+	if p99 > 5*time.Second {
+		t.Errorf("p99 lag %v", p99)
+	}
 }

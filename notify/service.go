@@ -268,7 +268,9 @@ func (s *Service) deliver(ctx context.Context, snd sender, e Event) bool {
 	sctx, cancel := context.WithTimeout(ctx, s.cfg.Timeout)
 	err := snd.send(sctx, e)
 	cancel()
-	s.log.Debug("notify: sent", "target", e.Target, "event", e.ID(), "queue_id", e.QueueID, "key", e.Key, "generation", e.Generation, "tries", e.Tries, "err", err)
+	if s.log.Enabled(ctx, slog.LevelDebug) {
+		s.log.Debug("notify: sent", "target", e.Target, "event", e.ID(), "queue_id", e.QueueID, "key", e.Key, "generation", e.Generation, "tries", e.Tries, "err", err)
+	}
 	dctx, dcancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer dcancel()
 	if err == nil {
