@@ -30,7 +30,7 @@ type natsServer struct {
 func startNATS(t *testing.T) *natsServer {
 	t.Helper()
 	if _, err := os.Stat(natsServerBin()); err != nil {
-		t.Fatalf("nats-server not found: scripts/ensure-deps.sh --clients installs Debian's package (%v)", err)
+		missingClient(t, fmt.Sprintf("nats-server not found: scripts/ensure-deps.sh --clients installs Debian's package (%v)", err))
 	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

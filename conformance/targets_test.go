@@ -118,4 +118,18 @@ func TestTargetsCommand(t *testing.T) {
 	if out, err := runTargets(t, "redrive", name); err != nil || !strings.Contains(out, "0 dead letters") {
 		t.Fatalf("redrive: %v %s", err, out)
 	}
+	// A target a bucket names cannot be removed; one no bucket names can.
+	if err := ts.SetBucketNotifications(context.Background(), "t-targets-"+randomSuffix(),
+		[]meta.NotificationRule{{ID: "a", Kind: "queue", ARN: wh.ARN, Events: []string{"s3:ObjectCreated:*"}}}); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := runTargets(t, "remove", name); err == nil || !strings.Contains(out, "named by a bucket") {
+		t.Fatalf("removing a target in use: %v %s", err, out)
+	}
+	if out, err := runTargets(t, "remove", nt); err != nil {
+		t.Fatalf("remove: %v %s", err, out)
+	}
+	if out, _ := runTargets(t, "list", "--json"); strings.Contains(out, `"`+nt+`"`) {
+		t.Fatalf("removed target still listed: %s", out)
+	}
 }
