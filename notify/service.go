@@ -42,6 +42,7 @@ type Config struct {
 	Parallel  int           // keys of one target in flight at once (16)
 	Batch     int           // events read per round (256)
 	MaxTries  int           // failed tries before an event becomes a dead letter (10)
+	MaxAge    time.Duration // an event older than this (since its commit) whose try fails becomes a dead letter (0: no limit)
 	RetryBase time.Duration // first back-off; doubles per try, with jitter (500 ms)
 	RetryMax  time.Duration // longest back-off (1 min)
 	Timeout   time.Duration // one send, webhook or NATS (10 s)
@@ -286,7 +287,7 @@ func (s *Service) deliver(ctx context.Context, snd sender, e Event) bool {
 		return false // the round was cut (claim lost, shutdown): not a try
 	}
 	s.Metrics.add(e.Target, "failed")
-	if e.Tries+1 >= s.cfg.MaxTries {
+	if e.Tries+1 >= s.cfg.MaxTries || (s.cfg.MaxAge > 0 && time.Since(e.CommittedAt) > s.cfg.MaxAge) {
 		s.Metrics.add(e.Target, "dead_lettered")
 		s.log.Warn("notify: event dead-lettered", "target", e.Target, "event", e.ID(), "tries", e.Tries+1, "err", err)
 		if derr := s.q.DeadLetter(dctx, e.QueueID, err.Error()); derr != nil {

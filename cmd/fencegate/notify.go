@@ -17,6 +17,7 @@ func (c *serveConfig) defineNotify(f envFlags) {
 	n := &c.Notify
 	f.Bool(&c.NotifyOff, "notify-off", "FENCEGATE_NOTIFY_OFF", false, "deliver no event notifications from this gateway (others holding the targets' claims still do)")
 	f.Int(&n.MaxTries, "notify-max-tries", "FENCEGATE_NOTIFY_MAX_TRIES", 10, "failed tries after which an event becomes a dead letter (fencegate targets redrive sends it again)")
+	f.Duration(&n.MaxAge, "notify-max-age", "FENCEGATE_NOTIFY_MAX_AGE", 0, "an event this old (since its commit) whose try fails becomes a dead letter whatever its tries (0: no limit)")
 	f.Duration(&n.RetryBase, "notify-retry", "FENCEGATE_NOTIFY_RETRY", 500*time.Millisecond, "first back-off after a failed try; doubles per try, with jitter")
 	f.Duration(&n.RetryMax, "notify-retry-max", "FENCEGATE_NOTIFY_RETRY_MAX", time.Minute, "longest back-off between tries")
 	f.Duration(&n.Timeout, "notify-timeout", "FENCEGATE_NOTIFY_TIMEOUT", 10*time.Second, "one webhook POST or NATS publish; longer is a failed try")
