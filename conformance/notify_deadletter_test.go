@@ -132,3 +132,28 @@ func TestNotifyDeadLettersAndRedrive(t *testing.T) {
 		t.Fatalf("%d dead letters after the redrive", n)
 	}
 }
+
+// An event whose tries fail past --notify-max-age becomes a dead letter
+// though its tries are far from --notify-max-tries.
+func TestNotifyMaxAge(t *testing.T) {
+	g := startGatewayProcess(t, testenv.Store(t), "FENCEGATE_NOTIFY_MAX_TRIES=1000", "FENCEGATE_NOTIFY_MAX_AGE=1s",
+		"FENCEGATE_NOTIFY_RETRY=100ms", "FENCEGATE_NOTIFY_RETRY_MAX=200ms", "FENCEGATE_NOTIFY_POLL=50ms")
+	bucket := "t-notify-age-" + randomSuffix()
+	createBucket(t, g.Endpoint, bucket)
+	rcv := startFlakyReceiver(t, "", func(int64) (int, time.Duration) { return 503, 0 })
+	tg := addTarget(t, "webhook", "age-"+randomSuffix(), "--url", "http://"+rcv.addr+"/")
+	configureBucket(t, g.Endpoint, bucket, tg.ARN)
+	if res := putRaw(g.Endpoint, bucket, "k", []byte("x"), nil); res.Status != 200 {
+		t.Fatalf("PUT: %d", res.Status)
+	}
+	start := time.Now()
+	waitFor(t, "the dead letter", 20*time.Second, func() bool { return deadLettersInStatus(t, tg.Name) == 1 })
+	var tries int
+	if err := packageKeys(t).Pool.QueryRow(context.Background(), `SELECT tries FROM notify_dead_letters WHERE target = $1`, tg.Name).Scan(&tries); err != nil {
+		t.Fatal(err)
+	}
+	if tries < 2 || tries > 40 || len(rcv.events()) > tries {
+		t.Fatalf("dead-lettered after %d tries (%d requests), want a few (1 s of 100-200 ms back-offs)", tries, len(rcv.events()))
+	}
+	t.Logf("dead-lettered %v after the PUT, after %d tries", time.Since(start).Round(time.Millisecond), tries)
+}
