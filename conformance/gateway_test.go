@@ -165,10 +165,11 @@ func startGateway(t *testing.T, o gatewayOptions) *testGateway {
 		go func() { _ = leases.ListenForReleases(ctx, w) }()
 	}
 	srv, err := gateway.New(ctx, cfg, gateway.Deps{
-		Log:     slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: logLevel})),
-		Keys:    wiring.KeySource{Keys: keys},
-		Leases:  leases,
-		Buckets: wiring.Buckets{Catalog: catalog},
+		Log:           slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: logLevel})),
+		Keys:          wiring.KeySource{Keys: keys},
+		Leases:        leases,
+		Buckets:       wiring.Buckets{Catalog: catalog},
+		Notifications: wiring.Notifications{Targets: &meta.Targets{Pool: pool}},
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -148,6 +148,11 @@ func buildOpTable() map[opKey]Op {
 		o.run = (*Server).changeCORS
 		t[opKey{m, bucket, "cors", false}] = o
 	}
+	// Notification configurations live in the catalog; fencegate delivers
+	// the events itself (notifications.go).
+	add(G, bucket, "notification", false, Op{Name: "GetBucketNotificationConfiguration", Perm: PermRead, run: (*Server).getBucketNotification})
+	add(P, bucket, "notification", false, Op{Name: "PutBucketNotificationConfiguration", Perm: PermAdmin, Body: BodySmall, run: (*Server).putBucketNotification})
+	delete(t, opKey{D, bucket, "notification", false}) // S3 has no DeleteBucketNotificationConfiguration: an empty Put clears it
 	add(G, bucket, "policyStatus", false, passThrough("GetBucketPolicyStatus", PermRead, BodyNone))
 
 	// Object. The keyed writes run the write protocol (write.go).

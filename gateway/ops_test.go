@@ -105,7 +105,6 @@ var opRequests = []string{
 	"DELETE /b?lifecycle DeleteBucketLifecycleConfiguration",
 	"DELETE /b?logging DeleteBucketLogging",
 	"DELETE /b?metrics DeleteBucketMetricsConfiguration",
-	"DELETE /b?notification DeleteBucketNotificationConfiguration",
 	"DELETE /b?object-lock DeleteObjectLockConfiguration",
 	"DELETE /b?ownershipControls DeleteBucketOwnershipControls",
 	"DELETE /b?policy DeleteBucketPolicy",

@@ -159,6 +159,9 @@ type Deps struct {
 	// Console, when set, is the read-only web console, served on the admin
 	// listener under /console/ behind the admin token.
 	Console http.Handler
+	// Notifications keeps buckets' notification configurations; nil answers
+	// their operations NotImplemented.
+	Notifications Notifications
 }
 
 // Server is a running gateway.

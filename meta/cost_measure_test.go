@@ -47,6 +47,24 @@ func TestMeasureCommitCost(t *testing.T) {
 		t.Fatal(err)
 	}
 	c := &Catalog{Pool: pool}
+	// The notification fan-out trigger's share (docs/NOTIFICATIONS.md):
+	// FENCEGATE_MEASURE_NOTIFY=off disables it, =config gives bucket b a
+	// configuration, so every commit also queues an event.
+	switch os.Getenv("FENCEGATE_MEASURE_NOTIFY") {
+	case "off":
+		if _, err := pool.Exec(ctx, `ALTER TABLE outbox DISABLE TRIGGER outbox_notify_fanout`); err != nil {
+			t.Fatal(err)
+		}
+	case "config":
+		ts := &Targets{Pool: pool}
+		if _, err := ts.Add(ctx, Target{Name: "measure", Kind: TargetWebhook, URL: "http://127.0.0.1:1/"}); err != nil {
+			t.Fatal(err)
+		}
+		if err := ts.SetBucketNotifications(ctx, "b", []NotificationRule{{ID: "all", Kind: "queue", ARN: TargetARN("measure", TargetWebhook),
+			Events: []string{"s3:ObjectCreated:*"}}}); err != nil {
+			t.Fatal(err)
+		}
+	}
 	if v := os.Getenv("FENCEGATE_MEASURE_SET"); v != "" {
 		for _, set := range strings.Split(v, ";") {
 			if _, err := pool.Exec(ctx, "ALTER SYSTEM SET "+set); err != nil {

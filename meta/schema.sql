@@ -194,6 +194,35 @@ BEGIN
     RETURN NEW;
 END $$;
 
+CREATE FUNCTION public.fencegate_notify_fanout() RETURNS trigger
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    v_op   text;
+    v_name text;
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM bucket_notifications WHERE bucket = NEW.bucket) THEN
+        RETURN NULL;
+    END IF;
+    IF NEW.deleted THEN
+        v_name := 'ObjectRemoved:Delete';
+    ELSE
+        SELECT op INTO v_op FROM attempts WHERE attempt_id = NEW.attempt_id;
+        v_name := CASE v_op WHEN 'copy' THEN 'ObjectCreated:Copy'
+                            WHEN 'complete' THEN 'ObjectCreated:CompleteMultipartUpload'
+                            WHEN 'multipart' THEN 'ObjectCreated:CompleteMultipartUpload'
+                            ELSE 'ObjectCreated:Put' END;
+    END IF;
+    INSERT INTO notify_queue (target, outbox_id, event_name, bucket, key, generation, etag, size, attempt_id, committed_at)
+        SELECT DISTINCT n.target, NEW.id, v_name, NEW.bucket, NEW.key, NEW.generation, NEW.etag, NEW.size, NEW.attempt_id, NEW.committed_at
+        FROM bucket_notifications n
+        WHERE n.bucket = NEW.bucket
+          AND left(NEW.key, length(n.prefix)) = n.prefix
+          AND right(NEW.key, length(n.suffix)) = n.suffix
+          AND ('s3:' || v_name = ANY (n.events) OR 's3:' || split_part(v_name, ':', 1) || ':*' = ANY (n.events));
+    RETURN NULL;
+END $$;
+
 CREATE TABLE public.access_grants (
     access_key_id text NOT NULL,
     bucket text NOT NULL,
@@ -254,6 +283,18 @@ CREATE TABLE public.audit_cursors (
     tries integer DEFAULT 0 NOT NULL,
     last_error text,
     passed_at timestamp with time zone
+);
+
+CREATE TABLE public.bucket_notifications (
+    bucket text NOT NULL,
+    "position" integer NOT NULL,
+    id text NOT NULL,
+    kind text NOT NULL,
+    target text NOT NULL,
+    events text[] NOT NULL,
+    prefix text DEFAULT ''::text NOT NULL,
+    suffix text DEFAULT ''::text NOT NULL,
+    CONSTRAINT bucket_notifications_kind_check CHECK ((kind = ANY (ARRAY['queue'::text, 'topic'::text])))
 );
 
 CREATE TABLE public.buckets (
@@ -317,6 +358,66 @@ CREATE TABLE public.leases (
     yield_until timestamp with time zone
 );
 
+CREATE TABLE public.notify_claims (
+    target text NOT NULL,
+    holder uuid NOT NULL,
+    claimed_until timestamp with time zone NOT NULL
+);
+
+CREATE TABLE public.notify_dead_letters (
+    id bigint NOT NULL,
+    target text NOT NULL,
+    outbox_id bigint NOT NULL,
+    event_name text NOT NULL,
+    bucket text NOT NULL,
+    key text NOT NULL,
+    generation bigint NOT NULL,
+    etag text,
+    size bigint,
+    attempt_id uuid,
+    committed_at timestamp with time zone NOT NULL,
+    tries integer NOT NULL,
+    last_error text,
+    dead_at timestamp with time zone DEFAULT clock_timestamp() NOT NULL
+);
+
+CREATE TABLE public.notify_queue (
+    id bigint NOT NULL,
+    target text NOT NULL,
+    outbox_id bigint NOT NULL,
+    event_name text NOT NULL,
+    bucket text NOT NULL,
+    key text NOT NULL,
+    generation bigint NOT NULL,
+    etag text,
+    size bigint,
+    attempt_id uuid,
+    committed_at timestamp with time zone NOT NULL,
+    tries integer DEFAULT 0 NOT NULL,
+    next_at timestamp with time zone DEFAULT clock_timestamp() NOT NULL,
+    last_error text
+);
+
+CREATE SEQUENCE public.notify_queue_id_seq
+    START WITH 1
+    INCREMENT BY 1
+    NO MINVALUE
+    NO MAXVALUE
+    CACHE 1;
+
+ALTER SEQUENCE public.notify_queue_id_seq OWNED BY public.notify_queue.id;
+
+CREATE TABLE public.notify_targets (
+    name text NOT NULL,
+    kind text NOT NULL,
+    url text NOT NULL,
+    subject text DEFAULT ''::text NOT NULL,
+    secret_sealed bytea,
+    created_at timestamp with time zone DEFAULT clock_timestamp() NOT NULL,
+    CONSTRAINT notify_targets_kind_check CHECK ((kind = ANY (ARRAY['webhook'::text, 'nats'::text]))),
+    CONSTRAINT notify_targets_name_check CHECK ((name ~ '^[A-Za-z0-9_-]{1,64}$'::text))
+);
+
 CREATE TABLE public.outbox (
     id bigint NOT NULL,
     bucket text NOT NULL,
@@ -371,6 +472,8 @@ CREATE TABLE public.sessions (
     ended_at timestamp with time zone
 );
 
+ALTER TABLE ONLY public.notify_queue ALTER COLUMN id SET DEFAULT nextval('public.notify_queue_id_seq'::regclass);
+
 ALTER TABLE ONLY public.outbox ALTER COLUMN id SET DEFAULT nextval('public.outbox_id_seq'::regclass);
 
 ALTER TABLE ONLY public.access_grants
@@ -388,6 +491,9 @@ ALTER TABLE ONLY public.attempts
 ALTER TABLE ONLY public.audit_cursors
     ADD CONSTRAINT audit_cursors_pkey PRIMARY KEY (bucket);
 
+ALTER TABLE ONLY public.bucket_notifications
+    ADD CONSTRAINT bucket_notifications_pkey PRIMARY KEY (bucket, "position");
+
 ALTER TABLE ONLY public.buckets
     ADD CONSTRAINT buckets_pkey PRIMARY KEY (bucket);
 
@@ -402,6 +508,18 @@ ALTER TABLE ONLY public.generations
 
 ALTER TABLE ONLY public.leases
     ADD CONSTRAINT leases_pkey PRIMARY KEY (bucket, key);
+
+ALTER TABLE ONLY public.notify_claims
+    ADD CONSTRAINT notify_claims_pkey PRIMARY KEY (target);
+
+ALTER TABLE ONLY public.notify_dead_letters
+    ADD CONSTRAINT notify_dead_letters_pkey PRIMARY KEY (id);
+
+ALTER TABLE ONLY public.notify_queue
+    ADD CONSTRAINT notify_queue_pkey PRIMARY KEY (id);
+
+ALTER TABLE ONLY public.notify_targets
+    ADD CONSTRAINT notify_targets_pkey PRIMARY KEY (name);
 
 ALTER TABLE ONLY public.outbox_consumers
     ADD CONSTRAINT outbox_consumers_pkey PRIMARY KEY (consumer);
@@ -431,11 +549,22 @@ CREATE INDEX attempts_upload_attempt ON public.attempts USING btree (upload_atte
 
 CREATE INDEX leases_session ON public.leases USING btree (session) WHERE (session IS NOT NULL);
 
+CREATE INDEX notify_dead_letters_target ON public.notify_dead_letters USING btree (target, id);
+
+CREATE INDEX notify_queue_due ON public.notify_queue USING btree (target, next_at);
+
+CREATE INDEX notify_queue_key ON public.notify_queue USING btree (target, bucket, key, id);
+
 CREATE INDEX sessions_open ON public.sessions USING btree (expires_at) WHERE (ended_at IS NULL);
 
 CREATE TRIGGER attempts_unknown BEFORE UPDATE OF state ON public.attempts FOR EACH ROW WHEN (((new.state = 'unknown'::text) AND (old.state IS DISTINCT FROM 'unknown'::text))) EXECUTE FUNCTION public.fencegate_attempt_unknown();
 
 CREATE TRIGGER leases_released BEFORE UPDATE ON public.leases FOR EACH ROW WHEN (((old.wakeup IS NOT NULL) AND (old.holder IS NOT NULL) AND (new.holder IS NULL))) EXECUTE FUNCTION public.fencegate_lease_released();
 
+CREATE TRIGGER outbox_notify_fanout AFTER INSERT ON public.outbox FOR EACH ROW EXECUTE FUNCTION public.fencegate_notify_fanout();
+
 ALTER TABLE ONLY public.access_grants
     ADD CONSTRAINT access_grants_access_key_id_fkey FOREIGN KEY (access_key_id) REFERENCES public.access_keys(access_key_id) ON DELETE CASCADE;
+
+ALTER TABLE ONLY public.bucket_notifications
+    ADD CONSTRAINT bucket_notifications_target_fkey FOREIGN KEY (target) REFERENCES public.notify_targets(name) ON DELETE RESTRICT;

@@ -62,6 +62,19 @@ type Status struct {
 		// rows when no consumer is registered).
 		Backlog int64 `json:"backlog"`
 	} `json:"outbox"`
+	// Notifications: each event notification target's queue, dead letters
+	// and lag (docs/NOTIFICATIONS.md).
+	Notifications []TargetStatus `json:"notification_targets"`
+}
+
+// TargetStatus is one notification target's backlog.
+type TargetStatus struct {
+	Name        string  `json:"name"`
+	ARN         string  `json:"arn"`
+	Queued      int64   `json:"queued"`
+	DeadLetters int64   `json:"dead_letters"`
+	LagSeconds  float64 `json:"lag_seconds"`      // the oldest undelivered event's age
+	Holder      string  `json:"holder,omitempty"` // the gateway session delivering it (claim live)
 }
 
 // PassStatus is a work kind's last pass on one gateway.
@@ -136,5 +149,24 @@ func (c *Catalog) ReadStatus(ctx context.Context, uploadIdle, createSettle time.
 		return s, err
 	}
 	s.Sessions, err = c.Sessions(ctx)
+	if err != nil {
+		return s, err
+	}
+	trow, err := c.Pool.Query(ctx, `SELECT t.name, t.kind,
+		(SELECT count(*) FROM notify_queue q WHERE q.target = t.name),
+		(SELECT count(*) FROM notify_dead_letters d WHERE d.target = t.name),
+		coalesce((SELECT extract(epoch FROM clock_timestamp() - min(committed_at)) FROM notify_queue q WHERE q.target = t.name), 0),
+		coalesce((SELECT holder::text FROM notify_claims c WHERE c.target = t.name AND c.claimed_until > clock_timestamp()), '')
+		FROM notify_targets t ORDER BY t.name`)
+	if err != nil {
+		return s, err
+	}
+	s.Notifications, err = pgx.CollectRows(trow, func(r pgx.CollectableRow) (TargetStatus, error) {
+		var ts TargetStatus
+		var kind string
+		err := r.Scan(&ts.Name, &kind, &ts.Queued, &ts.DeadLetters, &ts.LagSeconds, &ts.Holder)
+		ts.ARN = TargetARN(ts.Name, kind)
+		return ts, err
+	})
 	return s, err
 }

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs what a fresh machine lacks for `make run` (PostgreSQL's server
 # binaries) and, with --clients, for `make test` (the unmodified S3 clients the
-# conformance suite drives: Debian's aws cli v2, rclone and s3cmd, HAProxy, chromium, and
+# conformance suite drives: Debian's aws cli v2, rclone and s3cmd, HAProxy, chromium, nats-server, and
 # @aws-sdk/client-s3 for Node). Quiet when everything is there.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -30,6 +30,8 @@ if [ "${1:-}" = --clients ]; then
 	command -v haproxy >/dev/null || pkgs+=(haproxy)
 	# Debian's chromium, driven by chromedp in TestBrowserUploads.
 	command -v chromium >/dev/null || pkgs+=(chromium)
+	# NATS JetStream, a notification target in TestNotifyNATS*.
+	command -v nats-server >/dev/null || pkgs+=(nats-server)
 	if [ ${#pkgs[@]} -gt 0 ]; then
 		echo "ensure-deps: installing ${pkgs[*]}"
 		apt_install "${pkgs[@]}"

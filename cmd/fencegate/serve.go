@@ -12,6 +12,7 @@ import (
 
 	"github.com/fencegate/fencegate/gateway"
 	"github.com/fencegate/fencegate/internal/console"
+	"github.com/fencegate/fencegate/internal/notify"
 	"github.com/fencegate/fencegate/internal/wiring"
 	"github.com/fencegate/fencegate/lease"
 	"github.com/fencegate/fencegate/meta"
@@ -50,6 +51,8 @@ type serveConfig struct {
 	SpoolMaxBytes    int
 	SpoolMemoryBytes int
 	SpoolBudgetBytes int
+	Notify           notify.Config
+	NotifyOff        bool
 }
 
 const serveUsage = `usage: fencegate serve [flags]
@@ -101,6 +104,8 @@ func (c *serveConfig) define(f envFlags) {
 	f.heading("reconciler")
 	f.Duration(&c.Reconcile, "reconcile-interval", "FENCEGATE_RECONCILE_INTERVAL", 20*time.Second, "reconciler period (a scan also runs at start-up)")
 	c.defineLifecycle(f)
+	f.heading("event notifications")
+	c.defineNotify(f)
 	f.heading("logs")
 	f.String(&c.LogLevel, "log-level", "FENCEGATE_LOG_LEVEL", "info", "debug, info, warn or error")
 }
@@ -286,6 +291,9 @@ func runServe(ctx context.Context, cfg serveConfig, started func(s3Addr, adminAd
 		Keys:    wiring.KeySource{Keys: &meta.Keys{Pool: pool, Sealer: sealer}},
 		Console: (&console.Console{Catalog: &meta.Catalog{Pool: pool},
 			UploadIdle: cfg.Lifecycle.UploadIdle, UploadCreateSettle: cfg.Lifecycle.UploadCreateSettle}).Handler(),
+		// Buckets' notification configurations; the events are delivered by
+		// the notify service below.
+		Notifications: wiring.Notifications{Targets: &meta.Targets{Pool: pool}},
 		Readiness: []gateway.Check{
 			{Name: "postgres", Run: func(ctx context.Context) error { return pool.Ping(ctx) }},
 			{Name: "session", Run: func(context.Context) error {
@@ -316,6 +324,14 @@ func runServe(ctx context.Context, cfg serveConfig, started func(s3Addr, adminAd
 	defer func() {
 		stopRec()
 		svc.Wait()
+	}()
+	// Event notifications: delivered while this gateway holds a target's
+	// claim; stopped (claims released) before the session ends.
+	notifyCtx, stopNotify := context.WithCancel(ctx)
+	waitNotify := startNotify(notifyCtx, cfg, pool, sealer, leases.SessionID(), srv.Registry(), log)
+	defer func() {
+		stopNotify()
+		waitNotify()
 	}()
 	log.Info("fencegate serving", "s3", srv.Addr(), "admin", srv.AdminAddr(), "store", cfg.Store.Endpoint)
 	if started != nil {

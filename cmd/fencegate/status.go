@@ -104,6 +104,9 @@ func printStatus(s meta.Status) {
 	fmt.Fprintf(w, "RECONCILER BACKLOG\tunresolved %d, abandoned uploads %d, audited buckets %d\n",
 		s.Backlog["unresolved"], s.Backlog["uploads"], s.Backlog["audit"])
 	fmt.Fprintf(w, "OUTBOX\t%d rows, %d consumers, backlog %d\n", s.Outbox.Rows, s.Outbox.Consumers, s.Outbox.Backlog)
+	for _, t := range s.Notifications {
+		fmt.Fprintf(w, "TARGET %s\t%d queued, %d dead letters, lag %.1fs, holder %s\n", t.Name, t.Queued, t.DeadLetters, t.LagSeconds, t.Holder)
+	}
 	fmt.Fprintln(w, "LAST PASSES\t")
 	if len(s.Passes) == 0 {
 		fmt.Fprintln(w, "  (none)\t")

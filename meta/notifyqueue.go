@@ -1,0 +1,100 @@
+package meta
+
+import (
+	"context"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/fencegate/fencegate/internal/notify"
+)
+
+// Targets is the notify service's queue (notify.Queue): the SQL of
+// delivery, claims and dead letters (docs/NOTIFICATIONS.md).
+
+// DeliveryTargets lists the targets with their secrets opened.
+func (t *Targets) DeliveryTargets(ctx context.Context) ([]notify.Target, error) {
+	all, err := t.All(ctx)
+	out := make([]notify.Target, len(all))
+	for i, tg := range all {
+		out[i] = notify.Target{Name: tg.Name, Kind: tg.Kind, URL: tg.URL, Subject: tg.Subject, Secret: tg.Secret}
+	}
+	return out, err
+}
+
+// ClaimTarget takes the target's claim if it is free, expired or holder's
+// own, and extends it to claimFor from now on PostgreSQL's clock.
+func (t *Targets) ClaimTarget(ctx context.Context, target, holder string, claimFor time.Duration) (bool, error) {
+	tag, err := t.Pool.Exec(ctx, `INSERT INTO notify_claims (target, holder, claimed_until)
+		VALUES ($1, $2, clock_timestamp() + $3::interval)
+		ON CONFLICT (target) DO UPDATE SET holder = EXCLUDED.holder, claimed_until = EXCLUDED.claimed_until
+		WHERE notify_claims.holder = EXCLUDED.holder OR notify_claims.claimed_until < clock_timestamp()`,
+		target, holder, claimFor.String())
+	return err == nil && tag.RowsAffected() == 1, err
+}
+
+// ReleaseTarget gives the claim up, so another gateway need not wait for it
+// to expire.
+func (t *Targets) ReleaseTarget(ctx context.Context, target, holder string) error {
+	_, err := t.Pool.Exec(ctx, `DELETE FROM notify_claims WHERE target = $1 AND holder = $2`, target, holder)
+	return err
+}
+
+// Due reads the target's due events in queue order. An event whose key has
+// an earlier event waiting for its retry is left for later: each key's events
+// go out in generation order. Every earlier event of a returned one's key is
+// returned too (same key, lower id, due). Both tests read one instant,
+// statement_timestamp(): with clock_timestamp(), read anew per row, an event
+// whose retry came due mid-statement could be skipped while a later one of
+// its key, tested a moment later, was taken (seen, and fixed, in
+// TestNotifyWebhookFlakyReceiver).
+func (t *Targets) Due(ctx context.Context, target string, limit int) ([]notify.Event, error) {
+	rows, err := t.Pool.Query(ctx, `SELECT q.id, q.outbox_id, q.event_name, q.bucket, q.key, q.generation,
+			coalesce(q.etag, ''), coalesce(q.size, 0), coalesce(q.attempt_id::text, ''), q.committed_at, q.tries
+		FROM notify_queue q
+		WHERE q.target = $1 AND q.next_at <= statement_timestamp()
+		  AND NOT EXISTS (SELECT 1 FROM notify_queue p WHERE p.target = q.target AND p.bucket = q.bucket AND p.key = q.key
+		                  AND p.id < q.id AND p.next_at > statement_timestamp())
+		ORDER BY q.id LIMIT $2`, target, limit)
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (notify.Event, error) {
+		e := notify.Event{Target: target}
+		err := r.Scan(&e.QueueID, &e.OutboxID, &e.Name, &e.Bucket, &e.Key, &e.Generation, &e.ETag, &e.Size, &e.AttemptID, &e.CommittedAt, &e.Tries)
+		return e, err
+	})
+}
+
+// Delivered removes an acknowledged event from its queue.
+func (t *Targets) Delivered(ctx context.Context, queueID int64) error {
+	_, err := t.Pool.Exec(ctx, `DELETE FROM notify_queue WHERE id = $1`, queueID)
+	return err
+}
+
+// Retry counts a failed try and makes the event due again after a back-off.
+func (t *Targets) Retry(ctx context.Context, queueID int64, after time.Duration, errText string) error {
+	_, err := t.Pool.Exec(ctx, `UPDATE notify_queue SET tries = tries + 1, next_at = clock_timestamp() + $2::interval, last_error = $3
+		WHERE id = $1`, queueID, after.String(), errText)
+	return err
+}
+
+// DeadLetter moves an event out of its queue into the dead letters.
+func (t *Targets) DeadLetter(ctx context.Context, queueID int64, errText string) error {
+	_, err := t.Pool.Exec(ctx, `WITH q AS (DELETE FROM notify_queue WHERE id = $1 RETURNING *)
+		INSERT INTO notify_dead_letters (id, target, outbox_id, event_name, bucket, key, generation, etag, size, attempt_id, committed_at, tries, last_error)
+		SELECT id, target, outbox_id, event_name, bucket, key, generation, etag, size, attempt_id, committed_at, tries + 1, $2 FROM q`, queueID, errText)
+	return err
+}
+
+// Backlog gives each target's queue, dead letters and lag.
+func (t *Targets) Backlog(ctx context.Context) (map[string]notify.Backlog, error) {
+	c, err := t.Counts(ctx)
+	out := make(map[string]notify.Backlog, len(c))
+	for name, x := range c {
+		out[name] = notify.Backlog{Queued: x.Queued, DeadLetters: x.DeadLetters, Lag: x.Lag}
+	}
+	return out, err
+}
+
+var _ notify.Queue = (*Targets)(nil)
