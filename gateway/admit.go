@@ -41,6 +41,9 @@ type request struct {
 	// client is the client's address as a trusted proxy gave it ("" when
 	// the connection's peer is the client).
 	client string
+	// reservation is the upload reservation a PutObject writes under
+	// ("" for none; reserve.go).
+	reservation string
 
 	// The parts of the request that live as long as it does, allocated with
 	// it: the header view hdr points to, and what the signature check reads.
@@ -155,6 +158,12 @@ func (s *Server) admit(ctx *fasthttp.RequestCtx) (*request, *apiError) {
 		}
 	}
 	perm := r.op.Perm
+	underReservation := r.op.Name == "PutObject" && reservationInQuery(sreq.RawQuery) != ""
+	if underReservation {
+		// Authorized by its reservation, checked below; the key needs a
+		// grant to reserve (or write) in the bucket.
+		perm = PermReserve
+	}
 	if hdr.grantsAccess() {
 		// A canned ACL or a grant can make data public at the store.
 		perm = PermAdmin
@@ -185,6 +194,18 @@ func (s *Server) admit(ctx *fasthttp.RequestCtx) (*request, *apiError) {
 		}
 		if n > maxObjectSize {
 			return r, asAPIError(sigv4.ErrEntityTooLarge(n, maxObjectSize))
+		}
+	}
+	if !r.anonymousRead && (underReservation || r.op.Publishes || r.op.Name == "CreateMultipartUpload") {
+		n := int64(-1)
+		if r.auth != nil {
+			n = r.auth.ContentLength
+			if r.auth.Payload.Chunked() {
+				n = r.auth.DecodedContentLength
+			}
+		}
+		if r.reservation, e = s.admitReservation(r, sreq.RawQuery, n); e != nil {
+			return r, e
 		}
 	}
 	if copySource != "" {

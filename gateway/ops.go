@@ -20,10 +20,13 @@ const (
 	PermWrite
 	// PermAdmin: bucket creation, deletion and bucket configuration.
 	PermAdmin
+	// PermReserve: upload reservations in a bucket (reserve.go), and a
+	// PutObject under one of them; write and admin grants imply it.
+	PermReserve
 )
 
 func (p Permission) String() string {
-	return [...]string{"authenticated", "read", "write", "admin"}[p]
+	return [...]string{"authenticated", "read", "write", "admin", "reserve"}[p]
 }
 
 // Body says how an operation's request body is handled.

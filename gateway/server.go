@@ -155,6 +155,9 @@ type Deps struct {
 	Leases    *lease.Manager
 	Tracker   Tracker
 	Readiness []Check
+	// Reservations checks writes to reserved keys (reserve.go); nil: no
+	// reservations.
+	Reservations Reservations
 }
 
 // Server is a running gateway.
@@ -171,7 +174,9 @@ type Server struct {
 	store    *store.Client
 	settler  lease.Store // store, as lease settles a key through it
 	leases   *lease.Manager
-	inflight inflight
+	// reservations is deps.Reservations (reserve.go).
+	reservations Reservations
+	inflight     inflight
 	// keepsBackslash: the probe proved the store keeps '\' in keys distinct
 	// from '/' (keyname.go).
 	keepsBackslash atomic.Bool
@@ -224,6 +229,7 @@ func New(ctx context.Context, cfg Config, deps Deps) (*Server, error) {
 		return nil, errors.New("the gateway needs the write protocol: Deps.Leases and Deps.Tracker")
 	}
 	s.leases = deps.Leases
+	s.reservations = deps.Reservations
 	s.leases.Metrics.Register(s.metrics.reg)
 	ln, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {

@@ -19,6 +19,8 @@ commands:
   catalog   'catalog import BUCKET': record what a bucket already holds, mark it complete
   audit     'audit BUCKET [--prefix P] [--repair]': store vs catalog; exit 3 on divergence
   status    leases, unknown guards, uploads, reconciler backlog and passes, outbox (--json)
+  reservations  upload reservations: create, get, list, cancel (docs/RESERVATIONS.md)
+  quota     quota accounts: set, get, list
   dev       local stack: 'dev run' (behind make run), 'dev exec -- CMD' (behind make test)
 
 'fencegate <command> -h' lists a command's flags and their FENCEGATE_* variables.
@@ -32,13 +34,15 @@ func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	cmds := map[string]func(context.Context, []string) error{
-		"serve":   cmdServe,
-		"migrate": cmdMigrate,
-		"keys":    cmdKeys,
-		"dev":     cmdDev,
-		"catalog": cmdCatalog,
-		"audit":   cmdAudit,
-		"status":  cmdStatus,
+		"serve":        cmdServe,
+		"migrate":      cmdMigrate,
+		"keys":         cmdKeys,
+		"dev":          cmdDev,
+		"catalog":      cmdCatalog,
+		"audit":        cmdAudit,
+		"status":       cmdStatus,
+		"reservations": cmdReservations,
+		"quota":        cmdQuota,
 	}
 	name, args := os.Args[1], os.Args[2:]
 	fn, ok := cmds[name]

@@ -246,10 +246,11 @@ func runServe(ctx context.Context, cfg serveConfig, started func(s3Addr, adminAd
 		go func() { _ = leases.ListenForReleases(ctx, tracker.Catalog) }()
 	}
 	srv, err := gateway.New(ctx, gcfg, gateway.Deps{
-		Log:     log,
-		Leases:  leases,
-		Tracker: tracker,
-		Keys:    wiring.KeySource{Keys: &meta.Keys{Pool: pool, Sealer: sealer}},
+		Log:          log,
+		Leases:       leases,
+		Tracker:      tracker,
+		Keys:         wiring.KeySource{Keys: &meta.Keys{Pool: pool, Sealer: sealer}},
+		Reservations: &wiring.Reservations{Store: &meta.Reservations{Pool: pool}},
 		Readiness: []gateway.Check{
 			{Name: "postgres", Run: func(ctx context.Context) error { return pool.Ping(ctx) }},
 			{Name: "session", Run: func(context.Context) error {

@@ -1,0 +1,282 @@
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"net/url"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/fencegate/fencegate/meta"
+	"github.com/fencegate/fencegate/sigv4"
+)
+
+const reservationsUsage = `usage: fencegate reservations <create|get|list|cancel> [flags] [args]
+
+  create --bucket B (--key K | --prefix P) [--size N | --max-size N] [--sha256 BASE64]
+         [--content-type T] [--expires 15m] [--account A] [--idempotency-key I]
+         [--metadata JSON] [--json]        reserve one upload; prints it with its put_url
+  get ID [--json]                           one reservation
+  list --bucket B [--json]                  a bucket's reservations, newest first
+  cancel ID                                 end a live reservation, releasing its quota
+
+The reservation is made for --access-key (default $AWS_ACCESS_KEY_ID); its put_url
+is presigned with that key's secret ($AWS_SECRET_ACCESS_KEY when it is that key,
+else opened from the database with the server key) against --endpoint
+(default $FENCEGATE_ENDPOINT), valid until the reservation expires.
+See docs/RESERVATIONS.md.
+`
+
+// reservationView is a reservation as the command line and the HTTP API
+// print it: the row, and for a live one what the client uploads with.
+type reservationView struct {
+	meta.Reservation
+	PutURL     string            `json:"put_url,omitempty"`
+	PutHeaders map[string]string `json:"put_headers,omitempty"`
+}
+
+func cmdReservations(ctx context.Context, args []string) error {
+	if len(args) == 0 {
+		fmt.Fprint(os.Stderr, reservationsUsage)
+		return errors.New("missing subcommand")
+	}
+	sub := args[0]
+	f := newFlags("reservations " + sub)
+	var dbURL, serverKey, serverKeyFile string
+	f.database(&dbURL)
+	f.serverKey(&serverKey, &serverKeyFile)
+	var asJSON bool
+	f.BoolVar(&asJSON, "json", false, "print JSON")
+	var c reserveFlags
+	if sub == "create" || sub == "list" {
+		f.StringVar(&c.bucket, "bucket", "", "bucket")
+	}
+	if sub == "create" {
+		c.define(f)
+	}
+	if err := f.Parse(interleaved(f.FlagSet, args[1:])); err != nil {
+		return err
+	}
+	pool, err := meta.Open(ctx, dbURL, meta.PoolConfig{MaxConns: 2, ConnectTimeout: 10 * time.Second, ApplicationName: "fencegate reservations"})
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	store := &meta.Reservations{Pool: pool}
+	rest := f.Args()
+	switch sub {
+	case "create":
+		q, err := c.request()
+		if err != nil {
+			return err
+		}
+		r, err := store.Create(ctx, q)
+		if err != nil {
+			return err
+		}
+		secret, err := c.secret(ctx, dbURL, serverKey, serverKeyFile)
+		if err != nil {
+			return err
+		}
+		v, err := presignedView(r, c.endpoint, c.region, secret, time.Now())
+		if err != nil {
+			return err
+		}
+		return printReservation(v, asJSON)
+	case "get", "cancel":
+		if len(rest) != 1 {
+			return fmt.Errorf("usage: fencegate reservations %s ID", sub)
+		}
+		var r meta.Reservation
+		if sub == "get" {
+			r, err = store.Get(ctx, rest[0])
+		} else {
+			r, err = store.End(ctx, rest[0], meta.ReservationCancelled)
+		}
+		if err != nil {
+			return err
+		}
+		return printReservation(reservationView{Reservation: r}, asJSON)
+	case "list":
+		if c.bucket == "" {
+			return errors.New("--bucket is required")
+		}
+		all, err := store.List(ctx, c.bucket, 1000)
+		if err != nil {
+			return err
+		}
+		if all == nil {
+			all = []meta.Reservation{}
+		}
+		if asJSON {
+			return json.NewEncoder(os.Stdout).Encode(all)
+		}
+		for _, r := range all {
+			fmt.Printf("%s\t%s\t%s/%s\t%s\n", r.ID, r.State, r.Bucket, r.Key, r.ExpiresAt.Format(time.RFC3339))
+		}
+		return nil
+	}
+	fmt.Fprint(os.Stderr, reservationsUsage)
+	return fmt.Errorf("unknown subcommand %q", sub)
+}
+
+// interleaved moves positional arguments after the flags, so `get ID --json`
+// parses as `get --json ID` (the flag package stops at the first positional).
+func interleaved(fs *flag.FlagSet, args []string) []string {
+	var flags, pos []string
+	for i := 0; i < len(args); i++ {
+		a := args[i]
+		if a == "--" {
+			pos = append(pos, args[i+1:]...)
+			break
+		}
+		if !strings.HasPrefix(a, "-") || a == "-" {
+			pos = append(pos, a)
+			continue
+		}
+		flags = append(flags, a)
+		name := strings.TrimLeft(a, "-")
+		if strings.Contains(name, "=") {
+			continue
+		}
+		if fl := fs.Lookup(name); fl != nil {
+			if b, ok := fl.Value.(interface{ IsBoolFlag() bool }); ok && b.IsBoolFlag() {
+				continue
+			}
+			if i+1 < len(args) {
+				flags = append(flags, args[i+1])
+				i++
+			}
+		}
+	}
+	return append(flags, pos...)
+}
+
+func printReservation(v reservationView, asJSON bool) error {
+	if asJSON {
+		return json.NewEncoder(os.Stdout).Encode(v)
+	}
+	fmt.Printf("id\t%s\nstate\t%s\nbucket\t%s\nkey\t%s\nexpires_at\t%s\n", v.ID, v.State, v.Bucket, v.Key, v.ExpiresAt.Format(time.RFC3339))
+	if v.Size != nil {
+		fmt.Printf("size\t%d\netag\t%s\n", *v.Size, v.ETag)
+	}
+	if v.PutURL != "" {
+		fmt.Printf("put_url\t%s\n", v.PutURL)
+	}
+	return nil
+}
+
+// reserveFlags are create's flags.
+type reserveFlags struct {
+	bucket, key, prefix, sha256, contentType, account, idem, metadata string
+	size, maxSize                                                     int64
+	expires                                                           time.Duration
+	accessKey, endpoint, region                                       string
+}
+
+func (c *reserveFlags) define(f envFlags) {
+	f.StringVar(&c.key, "key", "", "the key to reserve")
+	f.StringVar(&c.prefix, "prefix", "", "reserve a fresh key under this prefix (instead of --key)")
+	f.Int64Var(&c.size, "size", -1, "the upload's exact size in bytes")
+	f.Int64Var(&c.maxSize, "max-size", -1, "the upload's maximum size in bytes")
+	f.StringVar(&c.sha256, "sha256", "", "the upload's SHA-256, base64 (as x-amz-checksum-sha256)")
+	f.StringVar(&c.contentType, "content-type", "", "the upload's content type")
+	f.DurationVar(&c.expires, "expires", 15*time.Minute, "how long the reservation lives (at most 7 days)")
+	f.StringVar(&c.account, "account", "", "quota account the reserved bytes count against")
+	f.StringVar(&c.idem, "idempotency-key", "", "the same key with the same request returns the same reservation")
+	f.StringVar(&c.metadata, "metadata", "", "application metadata (JSON) carried with the reservation's events")
+	f.String(&c.accessKey, "access-key", "AWS_ACCESS_KEY_ID", "", "the access key the reservation is made for, and its URL signed with")
+	f.String(&c.endpoint, "endpoint", "FENCEGATE_ENDPOINT", "", "the gateway's S3 endpoint, for put_url")
+	f.String(&c.region, "region", "AWS_REGION", "us-east-1", "the region put_url is signed for")
+}
+
+func (c *reserveFlags) request() (meta.ReservationRequest, error) {
+	q := meta.ReservationRequest{Bucket: c.bucket, Key: c.key, AccessKeyID: c.accessKey, Account: c.account,
+		SHA256: c.sha256, ContentType: c.contentType, IdempotencyKey: c.idem, TTL: c.expires}
+	if c.size >= 0 {
+		q.ExactSize = &c.size
+	}
+	if c.maxSize >= 0 {
+		q.MaxSize = &c.maxSize
+	}
+	if c.metadata != "" {
+		q.Metadata = json.RawMessage(c.metadata)
+	}
+	if c.key == "" && c.prefix != "" {
+		q.Key = c.prefix + randomName()
+		if c.idem != "" {
+			// A repeat must name the same request: the key under a prefix is
+			// the idempotency key's, not a fresh one.
+			q.Key = c.prefix + c.idem
+		}
+	}
+	if c.endpoint == "" {
+		return q, errors.New("no endpoint for put_url: set --endpoint or FENCEGATE_ENDPOINT (source .fencegate/env)")
+	}
+	return q, meta.ValidateReservation(q)
+}
+
+func randomName() string {
+	var b [12]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+// secret is the reserving key's secret, for presigning.
+func (c *reserveFlags) secret(ctx context.Context, dbURL, serverKey, serverKeyFile string) (string, error) {
+	if s := os.Getenv("AWS_SECRET_ACCESS_KEY"); s != "" && c.accessKey == os.Getenv("AWS_ACCESS_KEY_ID") {
+		return s, nil
+	}
+	keys, closeKeys, err := openKeys(ctx, dbURL, serverKey, serverKeyFile)
+	if err != nil {
+		return "", err
+	}
+	defer closeKeys()
+	all, _, err := keys.All(ctx)
+	if err != nil {
+		return "", err
+	}
+	for _, k := range all {
+		if k.ID == c.accessKey {
+			return k.Secret, nil
+		}
+	}
+	return "", fmt.Errorf("access key %q: %w", c.accessKey, meta.ErrNoSuchKey)
+}
+
+// presignedView adds a live reservation's presigned PUT: signed by its own
+// access key, carrying x-fencegate-reservation, valid until it expires, with
+// x-amz-checksum-sha256 pinned as a signed header when it names one.
+func presignedView(r meta.Reservation, endpoint, region, secret string, now time.Time) (reservationView, error) {
+	v := reservationView{Reservation: r}
+	if r.State != meta.ReservationReserved {
+		return v, nil
+	}
+	u, err := url.Parse(endpoint)
+	if err != nil || u.Host == "" {
+		return v, fmt.Errorf("endpoint %q: want scheme://host[:port]", endpoint)
+	}
+	ttl := r.ExpiresAt.Sub(now).Round(time.Second)
+	if ttl < time.Second {
+		ttl = time.Second
+	}
+	if ttl > 7*24*time.Hour {
+		ttl = 7 * 24 * time.Hour
+	}
+	p := sigv4.Presign{Method: "PUT", Host: u.Host,
+		Path:  string(sigv4.AppendEscapedPath([]byte("/"+r.Bucket+"/"), r.Key)),
+		Query: map[string]string{meta.ReservationParam: r.ID}}
+	if r.SHA256 != "" {
+		p.Headers = map[string]string{"x-amz-checksum-sha256": r.SHA256}
+		v.PutHeaders = p.Headers
+	}
+	q := sigv4.PresignQuery(p, r.AccessKeyID, secret, region, now, ttl)
+	v.PutURL = strings.TrimRight(endpoint, "/") + p.Path + "?" + q
+	return v, nil
+}
