@@ -305,6 +305,13 @@ BEGIN
         RETURN NEW;
     END IF;
     IF v_res.state <> 'reserved' OR v_res.expires_at <= clock_timestamp() THEN
+        IF NEW.origin <> 'fencegate' THEN
+            -- Settling found the bytes of a write the commit refused (its
+            -- attempt was left unknown): they are recorded as they are, so
+            -- the key stays writable and nothing is untracked; the
+            -- reservation stays ended (docs/RESERVATIONS.md, "What is left").
+            RETURN NEW;
+        END IF;
         RAISE EXCEPTION 'reservation % is %', v_res.reservation_id,
             CASE WHEN v_res.state = 'reserved' THEN 'expired' ELSE v_res.state END
             USING ERRCODE = 'check_violation', HINT = 'fencegate:reservation-ended';

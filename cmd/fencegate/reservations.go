@@ -8,13 +8,12 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"net/url"
 	"os"
 	"strings"
 	"time"
 
+	"github.com/fencegate/fencegate/gateway/reservations"
 	"github.com/fencegate/fencegate/meta"
-	"github.com/fencegate/fencegate/sigv4"
 )
 
 const reservationsUsage = `usage: fencegate reservations <create|get|list|cancel> [flags] [args]
@@ -32,14 +31,6 @@ else opened from the database with the server key) against --endpoint
 (default $FENCEGATE_ENDPOINT), valid until the reservation expires.
 See docs/RESERVATIONS.md.
 `
-
-// reservationView is a reservation as the command line and the HTTP API
-// print it: the row, and for a live one what the client uploads with.
-type reservationView struct {
-	meta.Reservation
-	PutURL     string            `json:"put_url,omitempty"`
-	PutHeaders map[string]string `json:"put_headers,omitempty"`
-}
 
 func cmdReservations(ctx context.Context, args []string) error {
 	if len(args) == 0 {
@@ -102,7 +93,7 @@ func cmdReservations(ctx context.Context, args []string) error {
 		if err != nil {
 			return err
 		}
-		return printReservation(reservationView{Reservation: r}, asJSON)
+		return printReservation(view(r), asJSON)
 	case "list":
 		if c.bucket == "" {
 			return errors.New("--bucket is required")
@@ -111,11 +102,12 @@ func cmdReservations(ctx context.Context, args []string) error {
 		if err != nil {
 			return err
 		}
-		if all == nil {
-			all = []meta.Reservation{}
-		}
 		if asJSON {
-			return json.NewEncoder(os.Stdout).Encode(all)
+			out := make([]reservations.Reservation, len(all))
+			for i, r := range all {
+				out[i] = view(r)
+			}
+			return json.NewEncoder(os.Stdout).Encode(out)
 		}
 		for _, r := range all {
 			fmt.Printf("%s\t%s\t%s/%s\t%s\n", r.ID, r.State, r.Bucket, r.Key, r.ExpiresAt.Format(time.RFC3339))
@@ -158,7 +150,7 @@ func interleaved(fs *flag.FlagSet, args []string) []string {
 	return append(flags, pos...)
 }
 
-func printReservation(v reservationView, asJSON bool) error {
+func printReservation(v reservations.Reservation, asJSON bool) error {
 	if asJSON {
 		return json.NewEncoder(os.Stdout).Encode(v)
 	}
@@ -250,33 +242,16 @@ func (c *reserveFlags) secret(ctx context.Context, dbURL, serverKey, serverKeyFi
 	return "", fmt.Errorf("access key %q: %w", c.accessKey, meta.ErrNoSuchKey)
 }
 
-// presignedView adds a live reservation's presigned PUT: signed by its own
-// access key, carrying x-fencegate-reservation, valid until it expires, with
-// x-amz-checksum-sha256 pinned as a signed header when it names one.
-func presignedView(r meta.Reservation, endpoint, region, secret string, now time.Time) (reservationView, error) {
-	v := reservationView{Reservation: r}
-	if r.State != meta.ReservationReserved {
-		return v, nil
-	}
-	u, err := url.Parse(endpoint)
-	if err != nil || u.Host == "" {
-		return v, fmt.Errorf("endpoint %q: want scheme://host[:port]", endpoint)
-	}
-	ttl := r.ExpiresAt.Sub(now).Round(time.Second)
-	if ttl < time.Second {
-		ttl = time.Second
-	}
-	if ttl > 7*24*time.Hour {
-		ttl = 7 * 24 * time.Hour
-	}
-	p := sigv4.Presign{Method: "PUT", Host: u.Host,
-		Path:  string(sigv4.AppendEscapedPath([]byte("/"+r.Bucket+"/"), r.Key)),
-		Query: map[string]string{meta.ReservationParam: r.ID}}
-	if r.SHA256 != "" {
-		p.Headers = map[string]string{"x-amz-checksum-sha256": r.SHA256}
-		v.PutHeaders = p.Headers
-	}
-	q := sigv4.PresignQuery(p, r.AccessKeyID, secret, region, now, ttl)
-	v.PutURL = strings.TrimRight(endpoint, "/") + p.Path + "?" + q
-	return v, nil
+// presignedView is r as printed, with its presigned PUT when it is live.
+func presignedView(r meta.Reservation, endpoint, region, secret string, now time.Time) (reservations.Reservation, error) {
+	v := view(r)
+	return v, reservations.PresignPut(&v, endpoint, region, secret, now)
+}
+
+// view is meta's row in the client package's shape.
+func view(r meta.Reservation) reservations.Reservation {
+	return reservations.Reservation{ID: r.ID, Bucket: r.Bucket, Key: r.Key, AccessKeyID: r.AccessKeyID, Account: r.Account,
+		ExactSize: r.ExactSize, MaxSize: r.MaxSize, Reserved: r.Reserved, SHA256: r.SHA256, ContentType: r.ContentType,
+		Metadata: r.Metadata, State: r.State, ExpiresAt: r.ExpiresAt, CreatedAt: r.CreatedAt, EndedAt: r.EndedAt,
+		Size: r.Size, ETag: r.ETag, Generation: r.Generation}
 }

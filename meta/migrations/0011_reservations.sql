@@ -190,11 +190,12 @@ END $$;
 -- generation (fencegate_commit, settle's adoptions, external generations),
 -- before its catalog row is written:
 --   * a generation of an attempt bound to a reservation commits it (state,
---     verified size and ETag, quota reserved -> used, the event), or raises
---     if the reservation is not live (expired, cancelled, already committed:
---     one publication per reservation) or the size does not match; the whole
---     commit then rolls back and the write ends unknown, its bytes left to
---     the sweeper;
+--     verified size and ETag, quota reserved -> used, the event); the
+--     writer's own commit raises if the reservation is not live (expired,
+--     cancelled, already committed: one publication per reservation) or the
+--     size does not match, so the whole commit rolls back and the write ends
+--     unknown; a later settle that adopts those bytes records them without
+--     the reservation;
 --   * a generation written by fencegate at a key with a live reservation by
 --     an attempt not bound to it raises (admission refuses such writes; this
 --     is the backstop);
@@ -232,6 +233,13 @@ BEGIN
         RETURN NEW;
     END IF;
     IF v_res.state <> 'reserved' OR v_res.expires_at <= clock_timestamp() THEN
+        IF NEW.origin <> 'fencegate' THEN
+            -- Settling found the bytes of a write the commit refused (its
+            -- attempt was left unknown): they are recorded as they are, so
+            -- the key stays writable and nothing is untracked; the
+            -- reservation stays ended (docs/RESERVATIONS.md, "What is left").
+            RETURN NEW;
+        END IF;
         RAISE EXCEPTION 'reservation % is %', v_res.reservation_id,
             CASE WHEN v_res.state = 'reserved' THEN 'expired' ELSE v_res.state END
             USING ERRCODE = 'check_violation', HINT = 'fencegate:reservation-ended';
