@@ -169,6 +169,8 @@ func startGateway(t *testing.T, o gatewayOptions) *testGateway {
 		Keys:    wiring.KeySource{Keys: keys},
 		Leases:  leases,
 		Tracker: tracker,
+		Reservations: &wiring.Reservations{Store: &meta.Reservations{Pool: pool},
+			LiveBucketsEvery: time.Millisecond},
 	})
 	if err != nil {
 		t.Fatal(err)
