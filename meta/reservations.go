@@ -343,3 +343,18 @@ func ValidateReservation(q ReservationRequest) error {
 	}
 	return nil
 }
+
+// ExpireReservations ends at most limit reservations past their expiry,
+// oldest expiry first, each claimed and ended in one statement (quota
+// released, event written); rows another gateway is ending are skipped.
+// It makes Catalog a lease.ReservationSweeper.
+func (c *Catalog) ExpireReservations(ctx context.Context, limit int) (int, error) {
+	var n int
+	err := c.Pool.QueryRow(ctx, `WITH due AS (
+			SELECT reservation_id FROM reservations
+			WHERE state = 'reserved' AND expires_at <= clock_timestamp()
+			ORDER BY expires_at LIMIT $1 FOR UPDATE SKIP LOCKED)
+		SELECT count(*) FROM (SELECT (fencegate_reservation_end(reservation_id, 'expired', true)).reservation_id AS id FROM due) e
+		WHERE id IS NOT NULL`, limit).Scan(&n)
+	return n, err
+}

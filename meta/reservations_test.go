@@ -150,3 +150,68 @@ func TestReservationCommitTrigger(t *testing.T) {
 		t.Fatalf("after cancel: reserved %d, want 0", q.ReservedBytes)
 	}
 }
+
+// TestReservationCommitVersusSweep: a commit whose transaction took the
+// reservation before its expiry, still open when a sweep runs after the
+// expiry, wins: the sweep skips the row and ends nothing, and the
+// reservation is committed. A sweep that ends the reservation first makes
+// the commit fail.
+func TestReservationCommitVersusSweep(t *testing.T) {
+	ctx := context.Background()
+	pool := migratedPool(t)
+	s := &Reservations{Pool: pool}
+	c := &Catalog{Pool: pool}
+	if _, err := pool.Exec(ctx, `UPDATE reservations SET state = 'cancelled' WHERE state = 'reserved'`); err != nil {
+		t.Fatal(err)
+	}
+	insertGen := `INSERT INTO generations (bucket, key, generation, etag, size, attempt_id, deleted, origin)
+		VALUES ('sw', $1, nextval('generation_seq'), 'e', 1, $2, false, 'fencegate')`
+
+	won, err := s.Create(ctx, ReservationRequest{Bucket: "sw", Key: "commit-first", AccessKeyID: "K", TTL: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := newUUID()
+	if ok, _ := s.Bind(ctx, won.ID, a, "sw", "commit-first"); !ok {
+		t.Fatal("bind")
+	}
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(ctx, insertGen, "commit-first", a); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(time.Until(won.ExpiresAt) + 100*time.Millisecond)
+	if n, err := c.ExpireReservations(ctx, 100); err != nil || n != 0 {
+		t.Fatalf("sweep during the commit ended %d (%v), want 0", n, err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := c.ExpireReservations(ctx, 100); err != nil || n != 0 {
+		t.Fatalf("sweep after the commit ended %d (%v), want 0", n, err)
+	}
+	if got, _ := s.Get(ctx, won.ID); got.State != ReservationCommitted {
+		t.Fatalf("state %s, want committed", got.State)
+	}
+
+	lost, err := s.Create(ctx, ReservationRequest{Bucket: "sw", Key: "sweep-first", AccessKeyID: "K", TTL: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := newUUID()
+	if ok, _ := s.Bind(ctx, lost.ID, b, "sw", "sweep-first"); !ok {
+		t.Fatal("bind")
+	}
+	time.Sleep(time.Until(lost.ExpiresAt) + 100*time.Millisecond)
+	if n, err := c.ExpireReservations(ctx, 100); err != nil || n != 1 {
+		t.Fatalf("sweep ended %d (%v), want 1", n, err)
+	}
+	if _, err := pool.Exec(ctx, insertGen, "sweep-first", b); err == nil {
+		t.Fatal("a write under a swept reservation committed")
+	}
+	if got, _ := s.Get(ctx, lost.ID); got.State != ReservationExpired {
+		t.Fatalf("state %s, want expired", got.State)
+	}
+}
