@@ -310,3 +310,26 @@ func TestReservationConcurrentPutsPublishOnce(t *testing.T) {
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// TestReservationSweeperExpires: the gateway's lifecycle service ends an
+// expired reservation (quota released, event written), and its URL is
+// refused afterwards.
+func TestReservationSweeperExpires(t *testing.T) {
+	k := newReservationKit(t, gatewayOptions{Reconcile: 100 * time.Millisecond,
+		Lifecycle: &lease.LifecycleConfig{Kinds: []string{lease.KindReservations}}})
+	ctx := context.Background()
+	account := "sweep-" + randomSuffix()
+	if err := k.rs.SetQuota(ctx, account, 10, nil); err != nil {
+		t.Fatal(err)
+	}
+	r := k.reserve(t, meta.ReservationRequest{Key: "swept", Account: account, ExactSize: ptr[int64](5), TTL: time.Second})
+	waitFor(t, "the sweeper to expire the reservation", 10*time.Second, func() bool {
+		return k.state(t, r.ID).State == meta.ReservationExpired
+	})
+	if q, _ := k.rs.GetQuota(ctx, account); q.ReservedBytes != 0 {
+		t.Fatalf("reserved %d after expiry, want 0", q.ReservedBytes)
+	}
+	if res := putURL(r.PutURL, []byte("hello"), nil); res.Status != 403 || k.published(t, "swept") != 0 {
+		t.Fatalf("PUT after the sweep: %d %s", res.Status, res.Code)
+	}
+}
