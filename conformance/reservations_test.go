@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/base64"
+	"errors"
 
 	"io"
 	"net/http"
@@ -331,5 +332,84 @@ func TestReservationSweeperExpires(t *testing.T) {
 	}
 	if res := putURL(r.PutURL, []byte("hello"), nil); res.Status != 403 || k.published(t, "swept") != 0 {
 		t.Fatalf("PUT after the sweep: %d %s", res.Status, res.Code)
+	}
+}
+
+// TestReservationAPI: the HTTP API through the Go client, with a key that
+// holds only reserve:BUCKET: create, the presigned PUT, get once
+// committed, idempotency (same request: same reservation; another: 409),
+// list, cancel; a key without the grant, malformed JSON, an unknown id and
+// over-quota each get their JSON error and reserve nothing.
+func TestReservationAPI(t *testing.T) {
+	k := newReservationKit(t, gatewayOptions{})
+	ctx := context.Background()
+	reserver, err := k.g.Keys.Create(ctx, "reserver", []meta.Grant{{Bucket: k.bucket, Permission: meta.PermReserve}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	reader, err := k.g.Keys.Create(ctx, "reader", []meta.Grant{{Bucket: k.bucket, Permission: meta.PermRead}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	account := "api-" + randomSuffix()
+	if err := k.rs.SetQuota(ctx, account, 10, nil); err != nil {
+		t.Fatal(err)
+	}
+	c := &reservations.Client{Endpoint: k.g.URL, AccessKey: reserver.ID, SecretKey: reserver.Secret}
+	q := reservations.CreateRequest{Bucket: k.bucket, Prefix: "api/", Size: ptr[int64](5), Account: account,
+		IdempotencyKey: "one", Metadata: []byte(`{"user":1}`)}
+	r, err := c.Create(ctx, q)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Key != "api/one" || r.State != reservations.Reserved || r.PutURL == "" {
+		t.Fatalf("created %+v", r)
+	}
+	if again, err := c.Create(ctx, q); err != nil || again.ID != r.ID {
+		t.Fatalf("repeat: %v %s", err, again.ID)
+	}
+	q2 := q
+	q2.Size = ptr[int64](6)
+	if _, err := c.Create(ctx, q2); !errors.Is(err, reservations.ErrIdempotencyReuse) {
+		t.Fatalf("another request with the key: %v, want 409 IdempotencyKeyReused", err)
+	}
+	if res := putURL(r.PutURL, []byte("hello"), nil); res.Status != 200 {
+		t.Fatalf("PUT: %d %s", res.Status, res.Code)
+	}
+	got, err := c.Get(ctx, r.ID)
+	if err != nil || got.State != reservations.Committed || got.Size == nil || *got.Size != 5 || got.ETag == "" {
+		t.Fatalf("get: %v %+v", err, got)
+	}
+	if _, err := c.Create(ctx, reservations.CreateRequest{Bucket: k.bucket, Key: "big", Size: ptr[int64](6), Account: account}); !errors.Is(err, reservations.ErrQuotaExceeded) {
+		t.Fatalf("over quota: %v", err)
+	}
+	live, err := c.Create(ctx, reservations.CreateRequest{Bucket: k.bucket, Key: "to-cancel", MaxSize: ptr[int64](5), Account: account})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if all, err := c.List(ctx, k.bucket); err != nil || len(all) != 2 {
+		t.Fatalf("list: %v, %d reservations", err, len(all))
+	}
+	if got, err := c.Cancel(ctx, live.ID); err != nil || got.State != reservations.Cancelled {
+		t.Fatalf("cancel: %v %+v", err, got)
+	}
+	if _, err := c.Cancel(ctx, live.ID); !errors.Is(err, reservations.ErrNotLive) {
+		t.Fatalf("second cancel: %v", err)
+	}
+	if _, err := c.Get(ctx, "00000000-0000-4000-8000-000000000000"); !errors.Is(err, reservations.ErrNotFound) {
+		t.Fatalf("unknown id: %v", err)
+	}
+	noGrant := &reservations.Client{Endpoint: k.g.URL, AccessKey: reader.ID, SecretKey: reader.Secret}
+	if _, err := noGrant.Create(ctx, reservations.CreateRequest{Bucket: k.bucket, Key: "nope"}); !errors.Is(err, reservations.ErrAccessDenied) {
+		t.Fatalf("without the grant: %v", err)
+	}
+	if _, err := noGrant.Get(ctx, r.ID); !errors.Is(err, reservations.ErrNotFound) {
+		t.Fatalf("another key's reservation: %v", err)
+	}
+	if res, body := doRawBody(k.g.Endpoint, "POST", reservations.APIPath, []byte(`{"bucket":`), nil); res.Status != 400 || !strings.Contains(string(body), "InvalidRequest") {
+		t.Fatalf("malformed JSON: %d %s", res.Status, body)
+	}
+	if _, ok, _ := k.rs.Live(ctx, k.bucket, "nope"); ok {
+		t.Fatal("a refused create reserved the key")
 	}
 }

@@ -108,6 +108,13 @@ func (s *Server) admit(ctx *fasthttp.RequestCtx) (*request, *apiError) {
 	if !ok {
 		return r, errInvalidURI
 	}
+	apiID, api := "", false
+	if s.reservations != nil && virtualHostBucket(stripPort(host), s.cfg.Domains) == "" {
+		// fencegate's own API, on a path no bucket can have (reserve_api.go).
+		if apiID, api = apiRoute(rawPath); api {
+			bucket, key = "", apiID
+		}
+	}
 	r.bucket, r.key = bucket, key
 	if bucket != "" && !validBucketName(bucket) {
 		return r, errInvalidBucketName
@@ -123,6 +130,13 @@ func (s *Server) admit(ctx *fasthttp.RequestCtx) (*request, *apiError) {
 	copySource := hdr.get("x-amz-copy-source")
 	method := methodName(ctx.Method())
 	r.op = classifyArgs(method, bucket, key, ctx.QueryArgs(), copySource != "")
+	if api {
+		sub := apiCollection
+		if apiID != "" {
+			sub = apiItem
+		}
+		r.op = apiOp(method, sub)
+	}
 	if r.op.FormAuthenticated {
 		// A browser form: authenticated and authorized by its signed policy, in the handler (postobject.go).
 		return r, nil

@@ -2,10 +2,15 @@ package wiring
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
 	"sync"
 	"time"
 
 	"github.com/fencegate/fencegate/gateway"
+	"github.com/fencegate/fencegate/gateway/reservations"
 	"github.com/fencegate/fencegate/meta"
 )
 
@@ -75,4 +80,91 @@ func (w *Reservations) liveBuckets(ctx context.Context) (map[string]bool, error)
 
 func (w *Reservations) Bind(ctx context.Context, id, attempt, bucket, key string) (bool, error) {
 	return w.Store.Bind(ctx, id, attempt, bucket, key)
+}
+
+// View is meta's reservation in the client package's shape.
+func View(r meta.Reservation) reservations.Reservation {
+	return reservations.Reservation{ID: r.ID, Bucket: r.Bucket, Key: r.Key, AccessKeyID: r.AccessKeyID, Account: r.Account,
+		ExactSize: r.ExactSize, MaxSize: r.MaxSize, Reserved: r.Reserved, SHA256: r.SHA256, ContentType: r.ContentType,
+		Metadata: r.Metadata, State: r.State, ExpiresAt: r.ExpiresAt, CreatedAt: r.CreatedAt, EndedAt: r.EndedAt,
+		Size: r.Size, ETag: r.ETag, Generation: r.Generation}
+}
+
+// Request turns an API or command-line request into meta's, choosing the
+// key under a prefix: the prefix plus the idempotency key when there is one
+// (so a repeat names the same key), else plus a random name.
+func Request(accessKey string, q reservations.CreateRequest) (meta.ReservationRequest, error) {
+	ttl := 15 * time.Minute
+	if q.Expires != "" {
+		d, err := time.ParseDuration(q.Expires)
+		if err != nil {
+			return meta.ReservationRequest{}, fmt.Errorf("expires %q: %w", q.Expires, err)
+		}
+		ttl = d
+	}
+	key := q.Key
+	switch {
+	case key != "" && q.Prefix != "":
+		return meta.ReservationRequest{}, errors.New("a key or a prefix, not both")
+	case key == "" && q.Prefix != "" && q.IdempotencyKey != "":
+		key = q.Prefix + q.IdempotencyKey
+	case key == "" && q.Prefix != "":
+		var b [12]byte
+		_, _ = rand.Read(b[:])
+		key = q.Prefix + hex.EncodeToString(b[:])
+	}
+	m := meta.ReservationRequest{Bucket: q.Bucket, Key: key, AccessKeyID: accessKey, Account: q.Account,
+		ExactSize: q.Size, MaxSize: q.MaxSize, SHA256: q.SHA256, ContentType: q.ContentType,
+		Metadata: q.Metadata, IdempotencyKey: q.IdempotencyKey, TTL: ttl}
+	return m, meta.ValidateReservation(m)
+}
+
+// apiError maps meta's reservation errors to the API's.
+func apiError(err error) error {
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, meta.ErrNoSuchReservation):
+		return reservations.ErrNotFound
+	case errors.Is(err, meta.ErrIdempotencyReused):
+		return reservations.ErrIdempotencyReuse
+	case errors.Is(err, meta.ErrQuotaExceeded):
+		return reservations.ErrQuotaExceeded
+	case errors.Is(err, meta.ErrNoSuchAccount):
+		return reservations.ErrNoSuchAccount
+	case errors.Is(err, meta.ErrKeyReserved):
+		return reservations.ErrKeyReserved
+	case errors.Is(err, meta.ErrReservationEnded):
+		return reservations.ErrNotLive
+	}
+	return err
+}
+
+// CreateReservation serves the API's create.
+func (w *Reservations) CreateReservation(ctx context.Context, accessKey string, q reservations.CreateRequest) (reservations.Reservation, error) {
+	m, err := Request(accessKey, q)
+	if err != nil {
+		return reservations.Reservation{}, reservations.Invalid(err.Error())
+	}
+	r, err := w.Store.Create(ctx, m)
+	return View(r), apiError(err)
+}
+
+func (w *Reservations) GetReservation(ctx context.Context, id string) (reservations.Reservation, error) {
+	r, err := w.Store.Get(ctx, id)
+	return View(r), apiError(err)
+}
+
+func (w *Reservations) ListReservations(ctx context.Context, bucket string) ([]reservations.Reservation, error) {
+	all, err := w.Store.List(ctx, bucket, 1000)
+	out := make([]reservations.Reservation, len(all))
+	for i, r := range all {
+		out[i] = View(r)
+	}
+	return out, err
+}
+
+func (w *Reservations) CancelReservation(ctx context.Context, id string) (reservations.Reservation, error) {
+	r, err := w.Store.End(ctx, id, meta.ReservationCancelled)
+	return View(r), apiError(err)
 }
