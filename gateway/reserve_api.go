@@ -79,7 +79,7 @@ func (s *Server) reservationRequest(ctx *fasthttp.RequestCtx, r *request) *apiEr
 		if err != nil {
 			return s.apiFailure(ctx, r, err)
 		}
-		if err := reservations.PresignPut(&res, s.apiEndpoint(r), s.cfg.Region, r.akey.Secret, time.Now()); err != nil {
+		if err := reservations.PresignPut(&res, s.apiEndpoint(r), apiRegion(r), r.akey.Secret, time.Now()); err != nil {
 			return s.apiFailure(ctx, r, err)
 		}
 		ctx.SetStatusCode(http.StatusCreated)
@@ -126,6 +126,15 @@ func (s *Server) apiEndpoint(r *request) string {
 		scheme = "https"
 	}
 	return scheme + "://" + r.signed.Host
+}
+
+// apiRegion is the region the URL is signed for: the one the caller signed
+// its own request for (which the gateway accepted), else us-east-1.
+func apiRegion(r *request) string {
+	if r.auth != nil && r.auth.Region != "" {
+		return r.auth.Region
+	}
+	return "us-east-1"
 }
 
 func (s *Server) apiFailure(ctx *fasthttp.RequestCtx, r *request, err error) *apiError {

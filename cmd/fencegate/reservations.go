@@ -2,8 +2,6 @@ package main
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -13,6 +11,7 @@ import (
 	"time"
 
 	"github.com/fencegate/fencegate/gateway/reservations"
+	"github.com/fencegate/fencegate/internal/wiring"
 	"github.com/fencegate/fencegate/meta"
 )
 
@@ -93,7 +92,7 @@ func cmdReservations(ctx context.Context, args []string) error {
 		if err != nil {
 			return err
 		}
-		return printReservation(view(r), asJSON)
+		return printReservation(wiring.View(r), asJSON)
 	case "list":
 		if c.bucket == "" {
 			return errors.New("--bucket is required")
@@ -105,7 +104,7 @@ func cmdReservations(ctx context.Context, args []string) error {
 		if asJSON {
 			out := make([]reservations.Reservation, len(all))
 			for i, r := range all {
-				out[i] = view(r)
+				out[i] = wiring.View(r)
 			}
 			return json.NewEncoder(os.Stdout).Encode(out)
 		}
@@ -189,10 +188,10 @@ func (c *reserveFlags) define(f envFlags) {
 }
 
 func (c *reserveFlags) request() (meta.ReservationRequest, error) {
-	q := meta.ReservationRequest{Bucket: c.bucket, Key: c.key, AccessKeyID: c.accessKey, Account: c.account,
-		SHA256: c.sha256, ContentType: c.contentType, IdempotencyKey: c.idem, TTL: c.expires}
+	q := reservations.CreateRequest{Bucket: c.bucket, Key: c.key, Prefix: c.prefix, Account: c.account,
+		SHA256: c.sha256, ContentType: c.contentType, IdempotencyKey: c.idem, Expires: c.expires.String()}
 	if c.size >= 0 {
-		q.ExactSize = &c.size
+		q.Size = &c.size
 	}
 	if c.maxSize >= 0 {
 		q.MaxSize = &c.maxSize
@@ -200,24 +199,10 @@ func (c *reserveFlags) request() (meta.ReservationRequest, error) {
 	if c.metadata != "" {
 		q.Metadata = json.RawMessage(c.metadata)
 	}
-	if c.key == "" && c.prefix != "" {
-		q.Key = c.prefix + randomName()
-		if c.idem != "" {
-			// A repeat must name the same request: the key under a prefix is
-			// the idempotency key's, not a fresh one.
-			q.Key = c.prefix + c.idem
-		}
-	}
 	if c.endpoint == "" {
-		return q, errors.New("no endpoint for put_url: set --endpoint or FENCEGATE_ENDPOINT (source .fencegate/env)")
+		return meta.ReservationRequest{}, errors.New("no endpoint for put_url: set --endpoint or FENCEGATE_ENDPOINT (source .fencegate/env)")
 	}
-	return q, meta.ValidateReservation(q)
-}
-
-func randomName() string {
-	var b [12]byte
-	_, _ = rand.Read(b[:])
-	return hex.EncodeToString(b[:])
+	return wiring.Request(c.accessKey, q)
 }
 
 // secret is the reserving key's secret, for presigning.
@@ -244,14 +229,6 @@ func (c *reserveFlags) secret(ctx context.Context, dbURL, serverKey, serverKeyFi
 
 // presignedView is r as printed, with its presigned PUT when it is live.
 func presignedView(r meta.Reservation, endpoint, region, secret string, now time.Time) (reservations.Reservation, error) {
-	v := view(r)
+	v := wiring.View(r)
 	return v, reservations.PresignPut(&v, endpoint, region, secret, now)
-}
-
-// view is meta's row in the client package's shape.
-func view(r meta.Reservation) reservations.Reservation {
-	return reservations.Reservation{ID: r.ID, Bucket: r.Bucket, Key: r.Key, AccessKeyID: r.AccessKeyID, Account: r.Account,
-		ExactSize: r.ExactSize, MaxSize: r.MaxSize, Reserved: r.Reserved, SHA256: r.SHA256, ContentType: r.ContentType,
-		Metadata: r.Metadata, State: r.State, ExpiresAt: r.ExpiresAt, CreatedAt: r.CreatedAt, EndedAt: r.EndedAt,
-		Size: r.Size, ETag: r.ETag, Generation: r.Generation}
 }
