@@ -413,3 +413,57 @@ func TestReservationAPI(t *testing.T) {
 		t.Fatal("a refused create reserved the key")
 	}
 }
+
+// TestReservationSweeperDeletesLateBytes: a PUT validated before its
+// reservation ended, whose bytes reached the store and whose commit came
+// after the end (held there), publishes nothing under the reservation; the
+// lifecycle service then settles the key (recording the bytes it finds) and
+// the reservations kind deletes them, fenced, as a delete generation: no
+// object is left, and the reservation stays cancelled.
+func TestReservationSweeperDeletesLateBytes(t *testing.T) {
+	reached, release := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	var bucket string
+	k := newReservationKit(t, gatewayOptions{Reconcile: 200 * time.Millisecond,
+		Lifecycle: &lease.LifecycleConfig{Kinds: []string{lease.KindUnresolved, lease.KindReservations}},
+		Hooks: lease.Hooks{BeforeCommit: func(b, key, _ string) {
+			if b == bucket && key == "late" {
+				once.Do(func() { close(reached); <-release })
+			}
+		}}})
+	bucket = k.bucket
+	r := k.reserve(t, meta.ReservationRequest{Key: "late", ExactSize: ptr[int64](5)})
+	done := make(chan rawResult, 1)
+	go func() { done <- putURL(r.PutURL, []byte("hello"), nil) }()
+	within(t, reached, 30*time.Second, "the PUT before its commit")
+	if !k.atStore(t, "late") {
+		t.Fatal("the held PUT's bytes are not at the store")
+	}
+	if _, err := k.rs.End(context.Background(), r.ID, meta.ReservationCancelled); err != nil {
+		t.Fatal(err)
+	}
+	close(release)
+	if res := within(t, done, 30*time.Second, "the PUT's answer"); res.Status != 500 {
+		t.Fatalf("PUT: %d %s %v, want 500", res.Status, res.Code, res.Err)
+	}
+	// The sweep's delete generation commits after the store's DELETE: wait
+	// for both.
+	deletedInCatalog := func() bool {
+		var deleted bool
+		err := k.g.Keys.Pool.QueryRow(context.Background(), `SELECT deleted FROM catalog WHERE bucket = $1 AND key = 'late'`,
+			k.bucket).Scan(&deleted)
+		return err == nil && deleted
+	}
+	waitFor(t, "the sweeper to delete the late bytes", 20*time.Second, func() bool { return !k.atStore(t, "late") && deletedInCatalog() })
+	var swept bool
+	if err := k.g.Keys.Pool.QueryRow(context.Background(), `SELECT swept_at IS NOT NULL FROM reservations WHERE reservation_id = $1`,
+		r.ID).Scan(&swept); err != nil || !swept {
+		waitFor(t, "the reservation marked swept", 5*time.Second, func() bool {
+			_ = k.g.Keys.Pool.QueryRow(context.Background(), `SELECT swept_at IS NOT NULL FROM reservations WHERE reservation_id = $1`, r.ID).Scan(&swept)
+			return swept
+		})
+	}
+	if st := k.state(t, r.ID).State; st != meta.ReservationCancelled {
+		t.Fatalf("reservation %s, want cancelled", st)
+	}
+}

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/fencegate/fencegate/gateway/store"
+	"github.com/fencegate/fencegate/lease"
 )
 
 // reservationParam names the reservation a PutObject writes under: a query
@@ -162,4 +163,14 @@ func withoutParam(raw, name string) string {
 		keep = append(keep, part)
 	}
 	return strings.Join(keep, "&")
+}
+
+// DeleteIfMatch makes the lifecycle store a lease.FencedDeleter, for the
+// reservation sweeper.
+func (l leaseStore) DeleteIfMatch(ctx context.Context, bucket, key, etag string) error {
+	err := l.c.DeleteIfMatch(ctx, bucket, key, etag)
+	if errors.Is(err, store.ErrPreconditionFailed) {
+		return lease.ErrFenceRefused
+	}
+	return err
 }
