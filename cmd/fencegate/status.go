@@ -107,6 +107,9 @@ func printStatus(s meta.Status) {
 	fmt.Fprintf(w, "RECONCILER BACKLOG\tunresolved %d, abandoned uploads %d, audited buckets %d\n",
 		s.Backlog["unresolved"], s.Backlog["uploads"], s.Backlog["audit"])
 	fmt.Fprintf(w, "OUTBOX\t%d rows, %d consumers, backlog %d\n", s.Outbox.Rows, s.Outbox.Consumers, s.Outbox.Backlog)
+	r := s.Reservations.ByState
+	fmt.Fprintf(w, "RESERVATIONS\treserved %d, committed %d, expired %d, cancelled %d, failed %d; sweeper backlog %d\n",
+		r["reserved"], r["committed"], r["expired"], r["cancelled"], r["failed"], s.Reservations.SweepBacklog)
 	fmt.Fprintln(w, "LAST PASSES\t")
 	if len(s.Passes) == 0 {
 		fmt.Fprintln(w, "  (none)\t")
