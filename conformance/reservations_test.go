@@ -467,3 +467,20 @@ func TestReservationSweeperDeletesLateBytes(t *testing.T) {
 		t.Fatalf("reservation %s, want cancelled", st)
 	}
 }
+
+// TestReservationRefusesFormPost: a browser form to a reserved key (its key
+// named in the form, unseen at admission) is refused before its file is
+// read, and nothing lands.
+func TestReservationRefusesFormPost(t *testing.T) {
+	k := newReservationKit(t, gatewayOptions{})
+	k.reserve(t, meta.ReservationRequest{Key: "form/a.txt", ExactSize: ptr[int64](5)})
+	fields := append([]formField{{"key", "form/a.txt"}}, postPolicy(k.g.Endpoint, time.Now().Add(time.Hour),
+		map[string]string{"bucket": k.bucket}, []any{"starts-with", "$key", "form/"})...)
+	resp, body := postForm(t, k.g.URL, k.bucket, fields, "a.txt", []byte("hello"))
+	if resp.StatusCode != http.StatusForbidden || errorCode(body) != "AccessDenied" {
+		t.Fatalf("POST: %s %s, want 403 AccessDenied", resp.Status, body)
+	}
+	if k.published(t, "form/a.txt") != 0 || k.atStore(t, "form/a.txt") {
+		t.Fatal("the form's file landed")
+	}
+}

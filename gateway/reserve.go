@@ -174,3 +174,22 @@ func (l leaseStore) DeleteIfMatch(ctx context.Context, bucket, key, etag string)
 	}
 	return err
 }
+
+// refuseReservedKey refuses a write whose key admission could not see (a
+// browser form names it in its body) when the key has a live reservation.
+func (s *Server) refuseReservedKey(r *request) *apiError {
+	if s.reservations == nil {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	reserved, err := s.reservations.Reserved(ctx, r.bucket, r.key)
+	switch {
+	case err != nil:
+		s.deps.Log.Warn("reservation check failed", "request_id", r.id, "err", err)
+		return errReservationUnchecked
+	case reserved:
+		return errReservationRequired
+	}
+	return nil
+}
