@@ -170,6 +170,8 @@ func startGateway(t *testing.T, o gatewayOptions) *testGateway {
 		Leases:        leases,
 		Buckets:       wiring.Buckets{Catalog: catalog},
 		Notifications: wiring.Notifications{Targets: &meta.Targets{Pool: pool}},
+		Reservations: &wiring.Reservations{Store: &meta.Reservations{Pool: pool},
+			LiveBucketsEvery: time.Millisecond},
 	})
 	if err != nil {
 		t.Fatal(err)

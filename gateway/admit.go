@@ -41,6 +41,9 @@ type request struct {
 	// client is the client's address as a trusted proxy gave it ("" when
 	// the connection's peer is the client).
 	client string
+	// reservation is the upload reservation a PutObject writes under
+	// ("" for none; reserve.go).
+	reservation string
 
 	// The parts of the request that live as long as it does, allocated with
 	// it: the header view hdr points to, and what the signature check reads.
@@ -105,6 +108,13 @@ func (s *Server) admit(ctx *fasthttp.RequestCtx) (*request, *apiError) {
 	if !ok {
 		return r, errInvalidURI
 	}
+	apiID, api := "", false
+	if s.reservations != nil && virtualHostBucket(stripPort(host), s.cfg.Domains) == "" {
+		// fencegate's own API, on a path no bucket can have (reserve_api.go).
+		if apiID, api = apiRoute(rawPath); api {
+			bucket, key = "", apiID
+		}
+	}
 	r.bucket, r.key = bucket, key
 	if bucket != "" && !validBucketName(bucket) {
 		return r, errInvalidBucketName
@@ -120,6 +130,13 @@ func (s *Server) admit(ctx *fasthttp.RequestCtx) (*request, *apiError) {
 	copySource := hdr.get("x-amz-copy-source")
 	method := methodName(ctx.Method())
 	r.op = classifyArgs(method, bucket, key, ctx.QueryArgs(), copySource != "")
+	if api {
+		sub := apiCollection
+		if apiID != "" {
+			sub = apiItem
+		}
+		r.op = apiOp(method, sub)
+	}
 	if r.op.FormAuthenticated {
 		// A browser form: authenticated and authorized by its signed policy, in the handler (postobject.go).
 		return r, nil
@@ -155,6 +172,12 @@ func (s *Server) admit(ctx *fasthttp.RequestCtx) (*request, *apiError) {
 		}
 	}
 	perm := r.op.Perm
+	underReservation := r.op.Name == "PutObject" && reservationInQuery(sreq.RawQuery) != ""
+	if underReservation {
+		// Authorized by its reservation, checked below; the key needs a
+		// grant to reserve (or write) in the bucket.
+		perm = PermReserve
+	}
 	if hdr.grantsAccess() {
 		// A canned ACL or a grant can make data public at the store.
 		perm = PermAdmin
@@ -185,6 +208,18 @@ func (s *Server) admit(ctx *fasthttp.RequestCtx) (*request, *apiError) {
 		}
 		if n > maxObjectSize {
 			return r, asAPIError(sigv4.ErrEntityTooLarge(n, maxObjectSize))
+		}
+	}
+	if !r.anonymousRead && (underReservation || r.op.Publishes || r.op.Name == "CreateMultipartUpload") {
+		n := int64(-1)
+		if r.auth != nil {
+			n = r.auth.ContentLength
+			if r.auth.Payload.Chunked() {
+				n = r.auth.DecodedContentLength
+			}
+		}
+		if r.reservation, e = s.admitReservation(r, sreq.RawQuery, n); e != nil {
+			return r, e
 		}
 	}
 	if copySource != "" {

@@ -119,7 +119,8 @@ func (c *keyCache) SecretKey(id string) (string, error) {
 
 // allowed reports whether key may perform an operation needing perm on bucket.
 // admin implies write and read; write and read are independent (upload-only
-// keys are useful).
+// keys are useful). reserve (upload reservations) is implied by write and
+// admin, and implies nothing else.
 func (k *AccessKey) allowed(perm Permission, bucket string) bool {
 	if perm == PermAuthenticated {
 		return true
@@ -128,7 +129,7 @@ func (k *AccessKey) allowed(perm Permission, bucket string) bool {
 		if g.Bucket != "*" && g.Bucket != bucket {
 			continue
 		}
-		if g.Perm == perm || g.Perm == PermAdmin {
+		if g.Perm == perm || g.Perm == PermAdmin || perm == PermReserve && g.Perm == PermWrite {
 			return true
 		}
 	}

@@ -20,10 +20,13 @@ const (
 	PermWrite
 	// PermAdmin: bucket creation, deletion and bucket configuration.
 	PermAdmin
+	// PermReserve: upload reservations in a bucket (reserve.go), and a
+	// PutObject under one of them; write and admin grants imply it.
+	PermReserve
 )
 
 func (p Permission) String() string {
-	return [...]string{"authenticated", "read", "write", "admin"}[p]
+	return [...]string{"authenticated", "read", "write", "admin", "reserve"}[p]
 }
 
 // Body says how an operation's request body is handled.
@@ -113,6 +116,12 @@ func buildOpTable() map[opKey]Op {
 	}
 	// Service.
 	add(G, service, "", false, Op{Name: "ListBuckets", Perm: PermAuthenticated, ListsBuckets: true, run: (*Server).forward})
+	// fencegate's reservation API (reserve_api.go): any valid key; each
+	// call checks its grant on the bucket it names.
+	add(U, service, apiCollection, false, Op{Name: "CreateReservation", Perm: PermAuthenticated, Body: BodySmall, run: (*Server).reservationRequest})
+	add(G, service, apiCollection, false, Op{Name: "ListReservations", Perm: PermAuthenticated, run: (*Server).reservationRequest})
+	add(G, service, apiItem, false, Op{Name: "GetReservation", Perm: PermAuthenticated, run: (*Server).reservationRequest})
+	add(D, service, apiItem, false, Op{Name: "CancelReservation", Perm: PermAuthenticated, run: (*Server).reservationRequest})
 
 	// Bucket. Creating and deleting one changes what the catalog knows.
 	add(P, bucket, "", false, Op{Name: "CreateBucket", Perm: PermAdmin, Body: BodySmall, run: (*Server).createBucket})
@@ -274,6 +283,15 @@ func (q *querySubresources) classify(method string, bucket, key string, copySour
 		name += "?" + sub
 	}
 	return Op{Name: "Unsupported:" + name, Level: level, Unsupported: true}
+}
+
+// apiOp is the reservation API's row for method at sub (apiCollection or
+// apiItem).
+func apiOp(method, sub string) Op {
+	if o, ok := opTable[opKey{method, store.LevelService, sub, false}]; ok {
+		return o
+	}
+	return Op{Name: "Unsupported:" + method + " " + sub, Level: store.LevelService, Unsupported: true}
 }
 
 // OpNames lists every supported operation, for metrics and documentation.

@@ -204,6 +204,23 @@ func TestEveryOperationIsServed(t *testing.T) {
 		}
 		served[o.Name] = true
 	}
+	// The reservation API's rows are selected by its path (reserve_api.go).
+	for _, line := range []string{
+		"POST /_fencegate/reservations CreateReservation", "GET /_fencegate/reservations ListReservations",
+		"GET /_fencegate/reservations/0b2e2f8e-0000-4000-8000-000000000000 GetReservation",
+		"DELETE /_fencegate/reservations/0b2e2f8e-0000-4000-8000-000000000000 CancelReservation",
+	} {
+		f := strings.Fields(line)
+		id, ok := apiRoute(f[1])
+		sub := apiCollection
+		if id != "" {
+			sub = apiItem
+		}
+		if o := apiOp(f[0], sub); !ok || o.Name != f[2] || o.run == nil {
+			t.Errorf("%q: routed %v, classified as %s", line, ok, o.Name)
+		}
+		served[f[2]] = true
+	}
 	names := map[string]bool{}
 	for k, o := range opTable {
 		switch {

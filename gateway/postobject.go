@@ -168,6 +168,9 @@ func (s *Server) postObject(ctx *fasthttp.RequestCtx, r *request) *apiError {
 	if e := s.checkKey(r.key); e != nil {
 		return withClose(e)
 	}
+	if e := s.refuseReservedKey(r); e != nil {
+		return withClose(e) // reserve.go
+	}
 
 	// The file, spooled whole and verified (its checksum field) before any
 	// lease: a form cut short ends without its closing boundary, which the

@@ -162,6 +162,9 @@ type Deps struct {
 	// Notifications keeps buckets' notification configurations; nil answers
 	// their operations NotImplemented.
 	Notifications Notifications
+	// Reservations checks writes to reserved keys (reserve.go); nil: no
+	// reservations.
+	Reservations Reservations
 }
 
 // Server is a running gateway.
@@ -177,7 +180,9 @@ type Server struct {
 	verifier *sigv4.Verifier
 	store    *store.Client
 	leases   *lease.Manager
-	inflight inflight
+	// reservations is deps.Reservations (reserve.go).
+	reservations Reservations
+	inflight     inflight
 	// keepsBackslash: the probe proved the store keeps '\' in keys distinct
 	// from '/' (keyname.go).
 	keepsBackslash atomic.Bool
@@ -229,6 +234,7 @@ func New(ctx context.Context, cfg Config, deps Deps) (*Server, error) {
 		return nil, errors.New("the gateway needs the write protocol: Deps.Leases and Deps.Buckets")
 	}
 	s.leases = deps.Leases
+	s.reservations = deps.Reservations
 	s.leases.Metrics.Register(s.metrics.reg)
 	ln, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {

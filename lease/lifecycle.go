@@ -28,7 +28,7 @@ const (
 )
 
 // Kinds lists every work kind, in the order a pass runs them.
-var Kinds = []string{KindUnresolved, KindUploads, KindAudit, KindPrune}
+var Kinds = []string{KindUnresolved, KindUploads, KindAudit, KindPrune, KindReservations}
 
 // Foreign upload policies: what the audit does with a multipart upload it
 // finds at the store that fencegate did not create.
@@ -381,6 +381,8 @@ func (s *Service) batch(ctx context.Context, kind string, deadline time.Time) (C
 		return s.uploadsBatch(ctx, deadline)
 	case KindAudit:
 		return s.auditBatch(ctx)
+	case KindReservations:
+		return s.reservationsBatch(ctx)
 	case KindPrune:
 		dctx, cancel := s.m.dbctx(ctx)
 		defer cancel()

@@ -18,6 +18,8 @@ const (
 	PermRead  Permission = "read"
 	PermWrite Permission = "write"
 	PermAdmin Permission = "admin"
+	// PermReserve makes upload reservations (docs/RESERVATIONS.md).
+	PermReserve Permission = "reserve"
 )
 
 // AllBuckets in a grant means every bucket.
@@ -25,10 +27,10 @@ const AllBuckets = "*"
 
 func ParsePermission(s string) (Permission, error) {
 	switch p := Permission(s); p {
-	case PermRead, PermWrite, PermAdmin:
+	case PermRead, PermWrite, PermAdmin, PermReserve:
 		return p, nil
 	}
-	return "", fmt.Errorf("permission %q: want read, write or admin", s)
+	return "", fmt.Errorf("permission %q: want read, write, admin or reserve", s)
 }
 
 // Grant is one (bucket, permission) pair of a key.

@@ -223,11 +223,202 @@ BEGIN
     RETURN NULL;
 END $$;
 
+CREATE FUNCTION public.fencegate_reservation_bind(p_id uuid, p_attempt uuid, p_bucket text, p_key text) RETURNS boolean
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+    PERFORM 1 FROM reservations WHERE reservation_id = p_id AND bucket = p_bucket AND key = p_key
+        AND state = 'reserved' AND expires_at > clock_timestamp() FOR SHARE;
+    IF NOT FOUND THEN
+        RETURN false;
+    END IF;
+    INSERT INTO reservation_attempts (attempt_id, reservation_id) VALUES (p_attempt, p_id)
+        ON CONFLICT (attempt_id) DO NOTHING;
+    RETURN EXISTS (SELECT 1 FROM reservation_attempts WHERE attempt_id = p_attempt AND reservation_id = p_id);
+END $$;
+
+CREATE TABLE public.reservations (
+    reservation_id uuid NOT NULL,
+    bucket text NOT NULL,
+    key text NOT NULL,
+    access_key_id text NOT NULL,
+    account text,
+    exact_size bigint,
+    max_size bigint,
+    reserved_bytes bigint NOT NULL,
+    sha256 text,
+    content_type text DEFAULT ''::text NOT NULL,
+    metadata jsonb,
+    idempotency_key text,
+    request_hash text NOT NULL,
+    state text DEFAULT 'reserved'::text NOT NULL,
+    expires_at timestamp with time zone NOT NULL,
+    created_at timestamp with time zone DEFAULT clock_timestamp() NOT NULL,
+    ended_at timestamp with time zone,
+    size bigint,
+    etag text,
+    generation bigint,
+    released_at timestamp with time zone,
+    claim_token uuid,
+    claimed_until timestamp with time zone,
+    tries integer DEFAULT 0 NOT NULL,
+    last_error text,
+    swept_at timestamp with time zone,
+    CONSTRAINT reservations_check CHECK (((exact_size IS NULL) OR (max_size IS NULL))),
+    CONSTRAINT reservations_exact_size_check CHECK ((exact_size >= 0)),
+    CONSTRAINT reservations_max_size_check CHECK ((max_size >= 0)),
+    CONSTRAINT reservations_reserved_bytes_check CHECK ((reserved_bytes >= 0)),
+    CONSTRAINT reservations_state_check CHECK ((state = ANY (ARRAY['reserved'::text, 'committed'::text, 'expired'::text, 'cancelled'::text, 'failed'::text])))
+);
+
+CREATE FUNCTION public.fencegate_reservation_end(p_id uuid, p_state text, p_only_expired boolean) RETURNS public.reservations
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    v_row reservations;
+BEGIN
+    UPDATE reservations SET state = p_state, ended_at = clock_timestamp()
+        WHERE reservation_id = p_id AND state = 'reserved'
+          AND (NOT p_only_expired OR expires_at <= clock_timestamp())
+        RETURNING * INTO v_row;
+    IF NOT FOUND THEN
+        RETURN NULL;
+    END IF;
+    IF v_row.account IS NOT NULL THEN
+        UPDATE quotas SET reserved_bytes = reserved_bytes - v_row.reserved_bytes,
+                reserved_objects = reserved_objects - 1, updated_at = clock_timestamp()
+            WHERE account = v_row.account;
+    END IF;
+    PERFORM fencegate_reservation_event(v_row, 'reservation.' || p_state);
+    RETURN v_row;
+END $$;
+
+CREATE FUNCTION public.fencegate_reservation_event(r public.reservations, p_event text) RETURNS void
+    LANGUAGE sql
+    AS $$
+    INSERT INTO reservation_events (reservation_id, event, bucket, key, size, etag, generation, metadata)
+        VALUES (r.reservation_id, p_event, r.bucket, r.key, r.size, r.etag, r.generation, r.metadata);
+$$;
+
+CREATE FUNCTION public.fencegate_reservation_generation() RETURNS trigger
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    v_res  reservations;
+    v_prev catalog;
+BEGIN
+    SELECT * INTO v_prev FROM catalog WHERE bucket = NEW.bucket AND key = NEW.key;
+    IF FOUND AND NOT v_prev.deleted THEN
+        UPDATE reservations SET released_at = clock_timestamp()
+            WHERE bucket = NEW.bucket AND key = NEW.key AND state = 'committed'
+              AND generation = v_prev.generation AND released_at IS NULL
+            RETURNING * INTO v_res;
+        IF FOUND AND v_res.account IS NOT NULL THEN
+            UPDATE quotas SET used_bytes = used_bytes - coalesce(v_prev.size, v_res.size, 0),
+                    used_objects = used_objects - 1, updated_at = clock_timestamp()
+                WHERE account = v_res.account;
+        END IF;
+    END IF;
+
+    v_res := NULL;
+    IF NEW.attempt_id IS NOT NULL THEN
+        SELECT r.* INTO v_res FROM reservation_attempts a JOIN reservations r USING (reservation_id)
+            WHERE a.attempt_id = NEW.attempt_id FOR UPDATE OF r;
+    END IF;
+    IF v_res.reservation_id IS NULL THEN
+        IF NEW.origin = 'fencegate' AND NOT NEW.deleted AND EXISTS (
+                SELECT 1 FROM reservations WHERE bucket = NEW.bucket AND key = NEW.key AND state = 'reserved') THEN
+            RAISE EXCEPTION 'key %/% is reserved by another upload', NEW.bucket, NEW.key
+                USING ERRCODE = 'check_violation', HINT = 'fencegate:key-reserved';
+        END IF;
+        RETURN NEW;
+    END IF;
+    IF v_res.state <> 'reserved' OR v_res.expires_at <= clock_timestamp() THEN
+        IF NEW.origin <> 'fencegate' THEN
+            -- Settling found the bytes of a write the commit refused (its
+            -- attempt was left unknown): they are recorded as they are, so
+            -- the key stays writable and nothing is untracked; the
+            -- reservation stays ended (docs/RESERVATIONS.md, "What is left").
+            RETURN NEW;
+        END IF;
+        RAISE EXCEPTION 'reservation % is %', v_res.reservation_id,
+            CASE WHEN v_res.state = 'reserved' THEN 'expired' ELSE v_res.state END
+            USING ERRCODE = 'check_violation', HINT = 'fencegate:reservation-ended';
+    END IF;
+    IF NEW.deleted OR NEW.size IS NULL OR NEW.size <> coalesce(v_res.exact_size, NEW.size)
+            OR NEW.size > coalesce(v_res.max_size, NEW.size) THEN
+        RAISE EXCEPTION 'reservation % does not match the write (size %)', v_res.reservation_id, NEW.size
+            USING ERRCODE = 'check_violation', HINT = 'fencegate:reservation-mismatch';
+    END IF;
+    UPDATE reservations SET state = 'committed', ended_at = clock_timestamp(), size = NEW.size, etag = NEW.etag,
+            generation = NEW.generation
+        WHERE reservation_id = v_res.reservation_id
+        RETURNING * INTO v_res;
+    IF v_res.account IS NOT NULL THEN
+        UPDATE quotas SET reserved_bytes = reserved_bytes - v_res.reserved_bytes, used_bytes = used_bytes + NEW.size,
+                reserved_objects = reserved_objects - 1, used_objects = used_objects + 1, updated_at = clock_timestamp()
+            WHERE account = v_res.account;
+    END IF;
+    PERFORM fencegate_reservation_event(v_res, 'reservation.committed');
+    RETURN NEW;
+END $$;
+
+CREATE FUNCTION public.fencegate_reserve(p_id uuid, p_bucket text, p_key text, p_access_key text, p_account text, p_exact bigint, p_max bigint, p_sha256 text, p_content_type text, p_metadata jsonb, p_idempotency text, p_hash text, p_ttl interval) RETURNS SETOF public.reservations
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    v_prior reservations;
+    v_bytes bigint := coalesce(p_exact, p_max, 0);
+    v_row   reservations;
+BEGIN
+    IF p_idempotency IS NOT NULL THEN
+        -- Serializes the makers of one idempotency key: the second waits for
+        -- the first's transaction, then finds its row.
+        PERFORM pg_advisory_xact_lock(hashtextextended('fencegate-reserve:' || p_access_key || ':' || p_idempotency, 0));
+        SELECT * INTO v_prior FROM reservations WHERE access_key_id = p_access_key AND idempotency_key = p_idempotency;
+        IF FOUND THEN
+            IF v_prior.request_hash <> p_hash THEN
+                RAISE EXCEPTION 'idempotency key reused with a different request' USING ERRCODE = 'unique_violation',
+                    HINT = 'fencegate:idempotency';
+            END IF;
+            RETURN NEXT v_prior;
+            RETURN;
+        END IF;
+    END IF;
+    IF p_account IS NOT NULL THEN
+        UPDATE quotas SET reserved_bytes = reserved_bytes + v_bytes, reserved_objects = reserved_objects + 1,
+                updated_at = clock_timestamp()
+            WHERE account = p_account
+              AND reserved_bytes + used_bytes + v_bytes <= limit_bytes
+              AND (limit_objects IS NULL OR reserved_objects + used_objects + 1 <= limit_objects);
+        IF NOT FOUND THEN
+            IF NOT EXISTS (SELECT 1 FROM quotas WHERE account = p_account) THEN
+                RAISE EXCEPTION 'no such quota account %', p_account USING ERRCODE = 'foreign_key_violation',
+                    HINT = 'fencegate:no-account';
+            END IF;
+            RAISE EXCEPTION 'quota exceeded for account %', p_account USING ERRCODE = 'disk_full',
+                HINT = 'fencegate:quota';
+        END IF;
+    END IF;
+    BEGIN
+        INSERT INTO reservations (reservation_id, bucket, key, access_key_id, account, exact_size, max_size,
+                reserved_bytes, sha256, content_type, metadata, idempotency_key, request_hash, expires_at)
+            VALUES (p_id, p_bucket, p_key, p_access_key, p_account, p_exact, p_max, v_bytes, p_sha256,
+                coalesce(p_content_type, ''), p_metadata, p_idempotency, p_hash, clock_timestamp() + p_ttl)
+            RETURNING * INTO v_row;
+    EXCEPTION WHEN unique_violation THEN
+        RAISE EXCEPTION 'key %/% has a live reservation', p_bucket, p_key USING ERRCODE = 'unique_violation',
+            HINT = 'fencegate:key-reserved';
+    END;
+    PERFORM fencegate_reservation_event(v_row, 'reservation.created');
+    RETURN NEXT v_row;
+END $$;
+
 CREATE TABLE public.access_grants (
     access_key_id text NOT NULL,
     bucket text NOT NULL,
     permission text NOT NULL,
-    CONSTRAINT access_grants_permission_check CHECK ((permission = ANY (ARRAY['read'::text, 'write'::text, 'admin'::text])))
+    CONSTRAINT access_grants_permission_check CHECK ((permission = ANY (ARRAY['read'::text, 'write'::text, 'admin'::text, 'reserve'::text])))
 );
 
 CREATE TABLE public.access_keys (
@@ -446,6 +637,22 @@ CREATE SEQUENCE public.outbox_id_seq
 
 ALTER SEQUENCE public.outbox_id_seq OWNED BY public.outbox.id;
 
+CREATE TABLE public.quotas (
+    account text NOT NULL,
+    limit_bytes bigint NOT NULL,
+    limit_objects bigint,
+    reserved_bytes bigint DEFAULT 0 NOT NULL,
+    used_bytes bigint DEFAULT 0 NOT NULL,
+    reserved_objects bigint DEFAULT 0 NOT NULL,
+    used_objects bigint DEFAULT 0 NOT NULL,
+    updated_at timestamp with time zone DEFAULT clock_timestamp() NOT NULL,
+    CONSTRAINT quotas_account_check CHECK ((account <> ''::text)),
+    CONSTRAINT quotas_limit_bytes_check CHECK ((limit_bytes >= 0)),
+    CONSTRAINT quotas_limit_objects_check CHECK ((limit_objects >= 0)),
+    CONSTRAINT quotas_reserved_bytes_check CHECK ((reserved_bytes >= 0)),
+    CONSTRAINT quotas_reserved_objects_check CHECK ((reserved_objects >= 0))
+);
+
 CREATE TABLE public.reconciler_passes (
     kind text NOT NULL,
     gateway text NOT NULL,
@@ -458,6 +665,34 @@ CREATE TABLE public.reconciler_passes (
     skipped integer NOT NULL,
     failed integer NOT NULL
 );
+
+CREATE TABLE public.reservation_attempts (
+    attempt_id uuid NOT NULL,
+    reservation_id uuid NOT NULL,
+    bound_at timestamp with time zone DEFAULT clock_timestamp() NOT NULL
+);
+
+CREATE TABLE public.reservation_events (
+    id bigint NOT NULL,
+    reservation_id uuid NOT NULL,
+    event text NOT NULL,
+    bucket text NOT NULL,
+    key text NOT NULL,
+    size bigint,
+    etag text,
+    generation bigint,
+    metadata jsonb,
+    at timestamp with time zone DEFAULT clock_timestamp() NOT NULL
+);
+
+CREATE SEQUENCE public.reservation_events_id_seq
+    START WITH 1
+    INCREMENT BY 1
+    NO MINVALUE
+    NO MAXVALUE
+    CACHE 1;
+
+ALTER SEQUENCE public.reservation_events_id_seq OWNED BY public.reservation_events.id;
 
 CREATE TABLE public.schema_version (
     version integer NOT NULL
@@ -475,6 +710,8 @@ CREATE TABLE public.sessions (
 ALTER TABLE ONLY public.notify_queue ALTER COLUMN id SET DEFAULT nextval('public.notify_queue_id_seq'::regclass);
 
 ALTER TABLE ONLY public.outbox ALTER COLUMN id SET DEFAULT nextval('public.outbox_id_seq'::regclass);
+
+ALTER TABLE ONLY public.reservation_events ALTER COLUMN id SET DEFAULT nextval('public.reservation_events_id_seq'::regclass);
 
 ALTER TABLE ONLY public.access_grants
     ADD CONSTRAINT access_grants_pkey PRIMARY KEY (access_key_id, bucket, permission);
@@ -527,8 +764,20 @@ ALTER TABLE ONLY public.outbox_consumers
 ALTER TABLE ONLY public.outbox
     ADD CONSTRAINT outbox_pkey PRIMARY KEY (id);
 
+ALTER TABLE ONLY public.quotas
+    ADD CONSTRAINT quotas_pkey PRIMARY KEY (account);
+
 ALTER TABLE ONLY public.reconciler_passes
     ADD CONSTRAINT reconciler_passes_pkey PRIMARY KEY (kind, gateway);
+
+ALTER TABLE ONLY public.reservation_attempts
+    ADD CONSTRAINT reservation_attempts_pkey PRIMARY KEY (attempt_id);
+
+ALTER TABLE ONLY public.reservation_events
+    ADD CONSTRAINT reservation_events_pkey PRIMARY KEY (id);
+
+ALTER TABLE ONLY public.reservations
+    ADD CONSTRAINT reservations_pkey PRIMARY KEY (reservation_id);
 
 ALTER TABLE ONLY public.sessions
     ADD CONSTRAINT sessions_pkey PRIMARY KEY (session_id);
@@ -555,9 +804,25 @@ CREATE INDEX notify_queue_due ON public.notify_queue USING btree (target, next_a
 
 CREATE INDEX notify_queue_key ON public.notify_queue USING btree (target, bucket, key, id);
 
+CREATE INDEX reservation_attempts_reservation ON public.reservation_attempts USING btree (reservation_id);
+
+CREATE INDEX reservations_bucket_key ON public.reservations USING btree (bucket, key, created_at);
+
+CREATE INDEX reservations_expiry ON public.reservations USING btree (expires_at) WHERE (state = 'reserved'::text);
+
+CREATE INDEX reservations_generation ON public.reservations USING btree (bucket, key, generation) WHERE (state = 'committed'::text);
+
+CREATE UNIQUE INDEX reservations_idempotency ON public.reservations USING btree (access_key_id, idempotency_key) WHERE (idempotency_key IS NOT NULL);
+
+CREATE UNIQUE INDEX reservations_live_key ON public.reservations USING btree (bucket, key) WHERE (state = 'reserved'::text);
+
+CREATE INDEX reservations_unswept ON public.reservations USING btree (ended_at) WHERE ((state = ANY (ARRAY['expired'::text, 'cancelled'::text])) AND (swept_at IS NULL));
+
 CREATE INDEX sessions_open ON public.sessions USING btree (expires_at) WHERE (ended_at IS NULL);
 
 CREATE TRIGGER attempts_unknown BEFORE UPDATE OF state ON public.attempts FOR EACH ROW WHEN (((new.state = 'unknown'::text) AND (old.state IS DISTINCT FROM 'unknown'::text))) EXECUTE FUNCTION public.fencegate_attempt_unknown();
+
+CREATE TRIGGER generations_reservation BEFORE INSERT ON public.generations FOR EACH ROW EXECUTE FUNCTION public.fencegate_reservation_generation();
 
 CREATE TRIGGER leases_released BEFORE UPDATE ON public.leases FOR EACH ROW WHEN (((old.wakeup IS NOT NULL) AND (old.holder IS NOT NULL) AND (new.holder IS NULL))) EXECUTE FUNCTION public.fencegate_lease_released();
 
@@ -568,3 +833,9 @@ ALTER TABLE ONLY public.access_grants
 
 ALTER TABLE ONLY public.bucket_notifications
     ADD CONSTRAINT bucket_notifications_target_fkey FOREIGN KEY (target) REFERENCES public.notify_targets(name) ON DELETE RESTRICT;
+
+ALTER TABLE ONLY public.reservation_attempts
+    ADD CONSTRAINT reservation_attempts_reservation_id_fkey FOREIGN KEY (reservation_id) REFERENCES public.reservations(reservation_id) ON DELETE CASCADE;
+
+ALTER TABLE ONLY public.reservations
+    ADD CONSTRAINT reservations_account_fkey FOREIGN KEY (account) REFERENCES public.quotas(account) ON DELETE RESTRICT;

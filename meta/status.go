@@ -65,6 +65,13 @@ type Status struct {
 	// Notifications: each event notification target's queue, dead letters
 	// and lag (docs/NOTIFICATIONS.md).
 	Notifications []TargetStatus `json:"notification_targets"`
+	// Reservations counts upload reservations by state; SweepBacklog is
+	// those the reservations kind has still to end (live past their expiry)
+	// or to clean up after (ended, not swept).
+	Reservations struct {
+		ByState      map[string]int `json:"by_state"`
+		SweepBacklog int            `json:"sweep_backlog"`
+	} `json:"reservations"`
 }
 
 // TargetStatus is one notification target's backlog.
@@ -148,6 +155,9 @@ func (c *Catalog) ReadStatus(ctx context.Context, uploadIdle, createSettle time.
 	if err != nil {
 		return s, err
 	}
+	if err := c.reservationStatus(ctx, &s); err != nil {
+		return s, err
+	}
 	s.Sessions, err = c.Sessions(ctx)
 	if err != nil {
 		return s, err
@@ -169,4 +179,27 @@ func (c *Catalog) ReadStatus(ctx context.Context, uploadIdle, createSettle time.
 		return ts, err
 	})
 	return s, err
+}
+
+func (c *Catalog) reservationStatus(ctx context.Context, s *Status) error {
+	s.Reservations.ByState = map[string]int{}
+	rows, err := c.Pool.Query(ctx, `SELECT state, count(*) FROM reservations GROUP BY state`)
+	if err != nil {
+		return err
+	}
+	for rows.Next() {
+		var st string
+		var n int
+		if err := rows.Scan(&st, &n); err != nil {
+			rows.Close()
+			return err
+		}
+		s.Reservations.ByState[st] = n
+	}
+	if err := rows.Err(); err != nil {
+		return err
+	}
+	return c.Pool.QueryRow(ctx, `SELECT count(*) FROM reservations
+		WHERE state = 'reserved' AND expires_at <= clock_timestamp()
+		   OR state IN ('expired', 'cancelled') AND swept_at IS NULL`).Scan(&s.Reservations.SweepBacklog)
 }

@@ -20,7 +20,8 @@ const keysUsage = `usage: fencegate keys <create|list|grant|revoke|delete> [flag
   revoke KEY GRANT...                   remove grants
   delete KEY                            remove a key
 
-GRANT is PERMISSION:BUCKET, PERMISSION one of read, write, admin; BUCKET '*' is every bucket.
+GRANT is PERMISSION:BUCKET, PERMISSION one of read, write, admin, reserve
+(upload reservations, docs/RESERVATIONS.md); BUCKET '*' is every bucket.
 Every subcommand takes the flags below (--description: create only).
 `
 

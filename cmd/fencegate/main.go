@@ -31,6 +31,8 @@ var commands = []command{
 	{"catalog", "'catalog import BUCKET': record what a bucket already holds, mark it complete", cmdCatalog},
 	{"audit", "'audit BUCKET': compare the store with the catalog (--repair records); exit 3 on divergence", cmdAudit},
 	{"status", "leases, sessions, unknown guards, uploads, reconciler backlog and passes, outbox (--json)", cmdStatus},
+	{"reservations", "upload reservations: create, get, list, cancel (docs/RESERVATIONS.md)", cmdReservations},
+	{"quota", "quota accounts: set, get, list", cmdQuota},
 	{"targets", "event notification targets: 'targets add webhook|nats NAME', list, remove, redrive", cmdTargets},
 	{"dev", "local stack: 'dev run' (behind make run), 'dev exec -- CMD' (behind make test)", cmdDev},
 }

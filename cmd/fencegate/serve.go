@@ -294,6 +294,7 @@ func runServe(ctx context.Context, cfg serveConfig, started func(s3Addr, adminAd
 		// Buckets' notification configurations; the events are delivered by
 		// the notify service below.
 		Notifications: wiring.Notifications{Targets: &meta.Targets{Pool: pool}},
+		Reservations:  &wiring.Reservations{Store: &meta.Reservations{Pool: pool}},
 		Readiness: []gateway.Check{
 			{Name: "postgres", Run: func(ctx context.Context) error { return pool.Ping(ctx) }},
 			{Name: "session", Run: func(context.Context) error {

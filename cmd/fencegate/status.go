@@ -107,6 +107,9 @@ func printStatus(s meta.Status) {
 	for _, t := range s.Notifications {
 		fmt.Fprintf(w, "TARGET %s\t%d queued, %d dead letters, lag %.1fs, holder %s\n", t.Name, t.Queued, t.DeadLetters, t.LagSeconds, t.Holder)
 	}
+	r := s.Reservations.ByState
+	fmt.Fprintf(w, "RESERVATIONS\treserved %d, committed %d, expired %d, cancelled %d, failed %d; sweeper backlog %d\n",
+		r["reserved"], r["committed"], r["expired"], r["cancelled"], r["failed"], s.Reservations.SweepBacklog)
 	fmt.Fprintln(w, "LAST PASSES\t")
 	if len(s.Passes) == 0 {
 		fmt.Fprintln(w, "  (none)\t")

@@ -14,6 +14,7 @@ type KeySource struct{ Keys *meta.Keys }
 
 var permissions = map[meta.Permission]gateway.Permission{
 	meta.PermRead: gateway.PermRead, meta.PermWrite: gateway.PermWrite, meta.PermAdmin: gateway.PermAdmin,
+	meta.PermReserve: gateway.PermReserve,
 }
 
 func (k KeySource) LoadKeys(ctx context.Context) ([]gateway.AccessKey, int64, error) {

@@ -1,0 +1,184 @@
+package gateway
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/fencegate/fencegate/store"
+)
+
+// reservationParam names the reservation a PutObject writes under: a query
+// parameter of the presigned URL fencegate hands out (docs/RESERVATIONS.md),
+// covered by its signature.
+const reservationParam = "x-fencegate-reservation"
+
+// ReservedUpload is what admission checks a write under a reservation against.
+type ReservedUpload struct {
+	ID, Bucket, Key string
+	AccessKeyID     string // the key that made it: the only one that may write under it
+	Live            bool   // reserved, not committed, expired or cancelled
+	ExpiresAt       time.Time
+	ExactSize       int64 // -1: none
+	MaxSize         int64 // -1: none
+	SHA256          string
+}
+
+// Reservations is where reservations live (PostgreSQL, behind meta; wired in
+// internal/wiring). nil: the gateway has none, and checks nothing.
+type Reservations interface {
+	// Reservation reads one by id; ok false when there is none.
+	Reservation(ctx context.Context, id string) (u ReservedUpload, ok bool, err error)
+	// Reserved reports whether bucket/key has a live reservation. It may
+	// answer false for a reservation a moment old (a cache): the commit
+	// refuses such a write anyway.
+	Reserved(ctx context.Context, bucket, key string) (bool, error)
+	// Bind records that attempt writes under reservation id, before a byte
+	// of it reaches the store; false when the reservation is no longer live.
+	Bind(ctx context.Context, id, attempt, bucket, key string) (bool, error)
+}
+
+var (
+	errReservationRequired = newAPIError("AccessDenied", http.StatusForbidden,
+		"The key is reserved for an upload; write it with its reservation's URL.")
+	errReservationForeign = newAPIError("AccessDenied", http.StatusForbidden,
+		"The reservation does not belong to this key or to this access key.")
+	errReservationEnded = newAPIError("AccessDenied", http.StatusForbidden,
+		"The reservation has expired, been cancelled, or was already used.")
+	errReservationSize = newAPIError("InvalidArgument", http.StatusBadRequest,
+		"The upload's size does not match its reservation.")
+	errReservationTooLarge = newAPIError("EntityTooLarge", http.StatusBadRequest,
+		"Your proposed upload exceeds the maximum allowed by its reservation.")
+	errReservationDigest = newAPIError("BadDigest", http.StatusBadRequest,
+		"The x-amz-checksum-sha256 you specified did not match the reservation's.")
+	errReservationUnchecked = newAPIError("ServiceUnavailable", http.StatusServiceUnavailable,
+		"The gateway could not check the key's reservation. Please try again.")
+)
+
+// admitReservation decides, at admission, whether a request may write a
+// reserved key: a PutObject carrying a reservation must match it (its key,
+// its access key, live, its size and checksum); any other write to a key
+// with a live reservation is refused. It returns the reservation the request
+// writes under ("" for none) and whether its permission is the
+// reservation's, not the bucket's write grant.
+func (s *Server) admitReservation(r *request, query string, declared int64) (id string, e *apiError) {
+	rs := s.reservations
+	if rs == nil || r.op.Level != store.LevelObject {
+		return "", nil
+	}
+	id = reservationInQuery(query)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if id == "" {
+		if !r.op.Publishes && r.op.Name != "CreateMultipartUpload" || r.op.Name == "DeleteObject" {
+			return "", nil
+		}
+		reserved, err := rs.Reserved(ctx, r.bucket, r.key)
+		if err != nil {
+			s.deps.Log.Warn("reservation check failed", "request_id", r.id, "err", err)
+			return "", errReservationUnchecked
+		}
+		if reserved {
+			return "", errReservationRequired
+		}
+		return "", nil
+	}
+	if r.op.Name != "PutObject" || r.akey == nil {
+		return "", errReservationForeign
+	}
+	u, ok, err := rs.Reservation(ctx, id)
+	switch {
+	case err != nil:
+		s.deps.Log.Warn("reservation read failed", "request_id", r.id, "err", err)
+		return "", errReservationUnchecked
+	case !ok || u.Bucket != r.bucket || u.Key != r.key || u.AccessKeyID != r.akey.ID:
+		return "", errReservationForeign
+	case !u.Live || !time.Now().Before(u.ExpiresAt):
+		return "", errReservationEnded
+	case u.MaxSize >= 0 && declared > u.MaxSize, u.ExactSize >= 0 && declared > u.ExactSize:
+		return "", errReservationTooLarge
+	case u.ExactSize >= 0 && declared != u.ExactSize:
+		return "", errReservationSize
+	case u.SHA256 != "" && r.hdr.get("x-amz-checksum-sha256") != u.SHA256:
+		// The body is verified against the header on the stream (BadDigest
+		// again if it differs), so a matching header pins the bytes.
+		return "", errReservationDigest
+	}
+	return id, nil
+}
+
+// reservationInQuery is the reservation id a query names ("" for none).
+func reservationInQuery(query string) string {
+	if !strings.Contains(query, reservationParam) {
+		return ""
+	}
+	v, err := url.ParseQuery(query)
+	if err != nil {
+		return ""
+	}
+	return v.Get(reservationParam)
+}
+
+// bindReservation is the write path's one hook for reservations
+// (forward.go, roundTrip): before a PutObject under a reservation sends a
+// byte to the store, its attempt is bound to the reservation, which must
+// still be live; the commit then publishes it only as that reservation's
+// one publication (meta/migrations/0012_reservations.sql). The parameter is
+// not sent to the store.
+func (s *Server) bindReservation(r *request, u *upstream) *apiError {
+	if r.reservation == "" {
+		return nil
+	}
+	attempt := u.req.Header.Get(store.AttemptHeader)
+	if attempt == "" {
+		return errInternal
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	ok, err := s.reservations.Bind(ctx, r.reservation, attempt, r.bucket, r.key)
+	if err != nil {
+		s.deps.Log.Warn("binding a write to its reservation failed", "request_id", r.id, "err", errors.Unwrap(err))
+		return errReservationUnchecked
+	}
+	if !ok {
+		return errReservationEnded
+	}
+	if q := u.req.URL.RawQuery; strings.Contains(q, reservationParam) {
+		u.req.URL.RawQuery = withoutParam(q, reservationParam)
+	}
+	return nil
+}
+
+func withoutParam(raw, name string) string {
+	var keep []string
+	for _, part := range strings.Split(raw, "&") {
+		n, _, _ := strings.Cut(part, "=")
+		if dec, err := url.QueryUnescape(n); err == nil && dec == name {
+			continue
+		}
+		keep = append(keep, part)
+	}
+	return strings.Join(keep, "&")
+}
+
+// refuseReservedKey refuses a write whose key admission could not see (a
+// browser form names it in its body) when the key has a live reservation.
+func (s *Server) refuseReservedKey(r *request) *apiError {
+	if s.reservations == nil {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	reserved, err := s.reservations.Reserved(ctx, r.bucket, r.key)
+	switch {
+	case err != nil:
+		s.deps.Log.Warn("reservation check failed", "request_id", r.id, "err", err)
+		return errReservationUnchecked
+	case reserved:
+		return errReservationRequired
+	}
+	return nil
+}

@@ -1,0 +1,158 @@
+package gateway
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/valyala/fasthttp"
+
+	"github.com/fencegate/fencegate/gateway/reservations"
+)
+
+// ReservationAPI serves the reservation API (docs/RESERVATIONS.md) on the S3
+// listener, under reservations.APIPath; internal/wiring fills it from meta.
+// Its errors are *reservations.APIError when they are the caller's.
+type ReservationAPI interface {
+	CreateReservation(ctx context.Context, accessKey string, q reservations.CreateRequest) (reservations.Reservation, error)
+	GetReservation(ctx context.Context, id string) (reservations.Reservation, error)
+	ListReservations(ctx context.Context, bucket string) ([]reservations.Reservation, error)
+	CancelReservation(ctx context.Context, id string) (reservations.Reservation, error)
+}
+
+// The API's rows of the op table are selected by these pseudo-subresources
+// of the service level: no S3 request has them, since admission sets them
+// only for a path under reservations.APIPath (apiRoute).
+const (
+	apiCollection = "fencegate:reservations"
+	apiItem       = "fencegate:reservation"
+)
+
+// apiRoute reports whether a path-style request path is the reservation
+// API's, and the reservation id it names ("" for the collection).
+func apiRoute(rawPath string) (id string, ok bool) {
+	rest, ok := strings.CutPrefix(rawPath, reservations.APIPath)
+	switch {
+	case !ok:
+		return "", false
+	case rest == "" || rest == "/":
+		return "", true
+	case rest[0] == '/' && !strings.Contains(rest[1:], "/"):
+		return rest[1:], true
+	}
+	return "", false
+}
+
+// maxAPIBody bounds a create's JSON (its metadata is at most 4 KiB).
+const maxAPIBody = 64 << 10
+
+func (s *Server) reservationRequest(ctx *fasthttp.RequestCtx, r *request) *apiError {
+	api, _ := s.reservations.(ReservationAPI)
+	if api == nil {
+		return errNotImplemented
+	}
+	dctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	body, err := s.smallBody(ctx, r)
+	if err != nil {
+		return asAPIError(err)
+	}
+	var out any
+	switch r.op.Name {
+	case "CreateReservation":
+		var q reservations.CreateRequest
+		if len(body) > maxAPIBody {
+			return writeJSONError(ctx, reservations.Invalid("the request body is over 64 KiB"))
+		}
+		dec := json.NewDecoder(strings.NewReader(string(body)))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&q); err != nil {
+			return writeJSONError(ctx, reservations.Invalid("the request body is not a reservation: "+err.Error()))
+		}
+		if !validBucketName(q.Bucket) || !r.akey.allowed(PermReserve, q.Bucket) {
+			return writeJSONError(ctx, reservations.ErrAccessDenied)
+		}
+		res, err := api.CreateReservation(dctx, r.akey.ID, q)
+		if err != nil {
+			return s.apiFailure(ctx, r, err)
+		}
+		if err := reservations.PresignPut(&res, s.apiEndpoint(r), apiRegion(r), r.akey.Secret, time.Now()); err != nil {
+			return s.apiFailure(ctx, r, err)
+		}
+		ctx.SetStatusCode(http.StatusCreated)
+		out = res
+	case "ListReservations":
+		bucket := string(ctx.QueryArgs().Peek("bucket"))
+		if !r.akey.allowed(PermReserve, bucket) {
+			return writeJSONError(ctx, reservations.ErrAccessDenied)
+		}
+		all, err := api.ListReservations(dctx, bucket)
+		if err != nil {
+			return s.apiFailure(ctx, r, err)
+		}
+		out = all
+	case "GetReservation", "CancelReservation":
+		res, err := api.GetReservation(dctx, r.key)
+		if err == nil && res.AccessKeyID != r.akey.ID && !r.akey.allowed(PermAdmin, res.Bucket) {
+			err = reservations.ErrNotFound // another key's: not told apart from none
+		}
+		if err == nil && r.op.Name == "CancelReservation" {
+			res, err = api.CancelReservation(dctx, r.key)
+		}
+		if err != nil {
+			return s.apiFailure(ctx, r, err)
+		}
+		out = res
+	default:
+		return errNotImplemented
+	}
+	b, err := json.Marshal(out)
+	if err != nil {
+		return errInternal
+	}
+	ctx.SetContentType("application/json")
+	ctx.SetBody(b)
+	return nil
+}
+
+// apiEndpoint is the scheme and host the caller reached the gateway at, for
+// the presigned URL.
+func (s *Server) apiEndpoint(r *request) string {
+	scheme := "http"
+	if s.cfg.TLSCert != "" {
+		scheme = "https"
+	}
+	return scheme + "://" + r.signed.Host
+}
+
+// apiRegion is the region the URL is signed for: the one the caller signed
+// its own request for (which the gateway accepted), else us-east-1.
+func apiRegion(r *request) string {
+	if r.auth != nil && r.auth.Region != "" {
+		return r.auth.Region
+	}
+	return "us-east-1"
+}
+
+func (s *Server) apiFailure(ctx *fasthttp.RequestCtx, r *request, err error) *apiError {
+	var ae *reservations.APIError
+	if errors.As(err, &ae) {
+		return writeJSONError(ctx, ae)
+	}
+	s.deps.Log.Warn("reservation API call failed", "request_id", r.id, "op", r.op.Name, "err", err)
+	return writeJSONError(ctx, &reservations.APIError{Status: http.StatusInternalServerError, Code: "InternalError",
+		Message: "We encountered an internal error. Please try again."})
+}
+
+// writeJSONError answers with the API's JSON error; nil, since the answer
+// is written.
+func writeJSONError(ctx *fasthttp.RequestCtx, e *reservations.APIError) *apiError {
+	b, _ := json.Marshal(e)
+	ctx.SetStatusCode(e.Status)
+	ctx.SetContentType("application/json")
+	ctx.SetBody(b)
+	return nil
+}

@@ -1,0 +1,146 @@
+package lease
+
+import (
+	"github.com/fencegate/fencegate/store"
+
+	"context"
+	"errors"
+	"time"
+)
+
+// KindReservations sweeps upload reservations (docs/RESERVATIONS.md). First
+// it ends reservations past their expiry: each claimed and ended in one
+// statement (reserved -> expired, its quota released, its event written),
+// oldest expiry first, at most Batch, by whichever gateway claims it first
+// (FOR UPDATE SKIP LOCKED). Then it cleans up after ended (expired or
+// cancelled) reservations: one whose attempts may have left bytes (a write
+// whose commit the ending refused, recorded later by a settle) is claimed
+// (a token, a try counted before any storage I/O, oldest end first), its
+// key leased and settled, and bytes of its attempts still current at the
+// key are deleted fenced on their ETag, as a delete generation; a failed
+// store call keeps the claim and retries after a back-off. A committed
+// reservation's object is never touched: only ended reservations are
+// claimed, and only their own attempts' bytes are deleted.
+const KindReservations = "reservations"
+
+// EndedReservation is an ended reservation the sweeper cleans up after.
+type EndedReservation struct {
+	ID, Bucket, Key string
+	Tries           int
+}
+
+// ReservationSweeper is the database side of KindReservations (meta's
+// Catalog). A driver without it runs the kind as a no-op.
+type ReservationSweeper interface {
+	// ExpireReservations ends at most limit expired reservations and
+	// reports how many it ended.
+	ExpireReservations(ctx context.Context, limit int) (int, error)
+	// ClaimEndedReservations marks ended reservations with no attempts done
+	// with, and claims at most limit of the others.
+	ClaimEndedReservations(ctx context.Context, limit int, claimFor time.Duration) ([]EndedReservation, error)
+	// ReservationBytes is the ETag of bytes of the reservation's attempts
+	// that are the key's current generation (ok false: none).
+	ReservationBytes(ctx context.Context, id string) (etag string, ok bool, err error)
+	ReservationSwept(ctx context.Context, id string) error
+	ReservationRetry(ctx context.Context, id string, backoff time.Duration, errText string) error
+}
+
+// FencedDeleter deletes a key's object only while it is at an ETag (the
+// lifecycle store).
+type FencedDeleter interface {
+	DeleteIfMatch(ctx context.Context, bucket, key, etag string) error
+}
+
+func (s *Service) reservationsBatch(ctx context.Context) (Counts, bool, error) {
+	sw, ok := s.db.(ReservationSweeper)
+	if !ok {
+		return Counts{}, false, nil
+	}
+	var n int
+	if err := s.dbDo(ctx, func(dctx context.Context) (err error) { n, err = sw.ExpireReservations(dctx, s.cfg.Batch); return }); err != nil {
+		return Counts{Failed: 1}, false, err
+	}
+	c := Counts{Claimed: n, Completed: n}
+	var ended []EndedReservation
+	if err := s.dbDo(ctx, func(dctx context.Context) (err error) {
+		ended, err = sw.ClaimEndedReservations(dctx, s.cfg.Batch, s.cfg.ClaimFor)
+		return
+	}); err != nil {
+		return c, false, err
+	}
+	c.Claimed += len(ended)
+	for _, e := range ended {
+		switch s.sweepReservation(ctx, sw, e) {
+		case outcomeDone:
+			c.Completed++
+		case outcomeSkipped:
+			c.Skipped++
+		case outcomeRetry:
+			c.Retried++
+		default:
+			c.Failed++
+		}
+	}
+	return c, n == s.cfg.Batch || len(ended) == s.cfg.Batch, nil
+}
+
+// sweepReservation deletes what an ended reservation's attempts left at its
+// key, under the key's lease, fenced.
+func (s *Service) sweepReservation(ctx context.Context, sw ReservationSweeper, e EndedReservation) outcome {
+	del, ok := s.store.(FencedDeleter)
+	if !ok {
+		return outcomeSkipped
+	}
+	l, err := s.m.Acquire(ctx, Request{Bucket: e.Bucket, Key: e.Key, Op: "delete", NoWait: true, DeclaredSize: -1})
+	if errors.Is(err, ErrBusy) {
+		return outcomeSkipped // a writer holds the key; the claim runs out and it is tried again
+	}
+	if err != nil {
+		return outcomeFailed
+	}
+	sent := false
+	defer func() { l.Close(sent) }()
+	fence, err := l.Settle(ctx, s.store)
+	if err != nil {
+		l.Fail("settling the key failed: " + err.Error())
+		return s.retryReservation(ctx, sw, e, err)
+	}
+	var etag string
+	if s.dbDo(ctx, func(dctx context.Context) (err error) { etag, ok, err = sw.ReservationBytes(dctx, e.ID); return }) != nil {
+		l.Fail("reading the reservation's bytes failed")
+		return outcomeFailed
+	}
+	if !ok || !fence.Exists || fence.ETag != etag {
+		l.Fail("nothing of the ended reservation is at the key")
+		if s.dbDo(ctx, func(dctx context.Context) error { return sw.ReservationSwept(dctx, e.ID) }) != nil {
+			return outcomeFailed
+		}
+		return outcomeDone
+	}
+	l.Sending(fence, true)
+	sent = true
+	if err := del.DeleteIfMatch(ctx, e.Bucket, e.Key, etag); err != nil {
+		if errors.Is(err, store.ErrPreconditionFailed) {
+			l.Fail("the store refused the fence: the key changed")
+		} else {
+			l.Unknown("the delete got no answer: " + err.Error())
+		}
+		return s.retryReservation(ctx, sw, e, err)
+	}
+	if _, err := l.Commit(ctx, Landed{Deleted: true, Size: -1}); err != nil {
+		return outcomeFailed
+	}
+	if s.dbDo(ctx, func(dctx context.Context) error { return sw.ReservationSwept(dctx, e.ID) }) != nil {
+		return outcomeFailed
+	}
+	return outcomeDone
+}
+
+func (s *Service) retryReservation(ctx context.Context, sw ReservationSweeper, e EndedReservation, cause error) outcome {
+	if s.dbDo(ctx, func(dctx context.Context) error {
+		return sw.ReservationRetry(dctx, e.ID, s.backoff(e.Tries), cause.Error())
+	}) != nil {
+		return outcomeFailed
+	}
+	return outcomeRetry
+}

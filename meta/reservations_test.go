@@ -1,0 +1,217 @@
+package meta
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+)
+
+func ptr[T any](v T) *T { return &v }
+
+// TestQuotaRaceNeverExceeds: 64 reservations race for an account with room
+// for 10 of them; exactly 10 win and reserved bytes end at the limit.
+func TestQuotaRaceNeverExceeds(t *testing.T) {
+	ctx := context.Background()
+	s := &Reservations{Pool: migratedPool(t)}
+	if err := s.SetQuota(ctx, "race", 1000, nil); err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	won, refused := 0, 0
+	start := make(chan struct{})
+	for i := range 64 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			_, err := s.Create(ctx, ReservationRequest{Bucket: "qb", Key: "race/" + string(rune('A'+i%26)) + string(rune('a'+i/26)),
+				AccessKeyID: "K", Account: "race", ExactSize: ptr[int64](100), TTL: time.Minute})
+			mu.Lock()
+			defer mu.Unlock()
+			switch {
+			case err == nil:
+				won++
+			case errors.Is(err, ErrQuotaExceeded):
+				refused++
+			default:
+				t.Error(err)
+			}
+		}()
+	}
+	close(start)
+	wg.Wait()
+	q, err := s.GetQuota(ctx, "race")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if won != 10 || refused != 54 || q.ReservedBytes != 1000 {
+		t.Fatalf("won %d refused %d reserved %d; want 10, 54, 1000", won, refused, q.ReservedBytes)
+	}
+}
+
+func TestReservationIdempotency(t *testing.T) {
+	ctx := context.Background()
+	s := &Reservations{Pool: migratedPool(t)}
+	q := ReservationRequest{Bucket: "ib", Key: "k1", AccessKeyID: "K", ExactSize: ptr[int64](5), IdempotencyKey: "i-1", TTL: time.Minute}
+	a, err := s.Create(ctx, q)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := s.Create(ctx, q)
+	if err != nil || b.ID != a.ID {
+		t.Fatalf("repeat: %v %s vs %s", err, b.ID, a.ID)
+	}
+	q.ExactSize = ptr[int64](6)
+	if _, err := s.Create(ctx, q); !errors.Is(err, ErrIdempotencyReused) {
+		t.Fatalf("different request: %v, want ErrIdempotencyReused", err)
+	}
+	q.IdempotencyKey = ""
+	if _, err := s.Create(ctx, q); !errors.Is(err, ErrKeyReserved) {
+		t.Fatalf("second reservation of a live key: %v, want ErrKeyReserved", err)
+	}
+}
+
+// TestReservationCommitTrigger: a generation of a bound attempt commits the
+// reservation and moves its quota; a second one, or one after the
+// reservation ended, does not commit; an overwrite releases used bytes.
+func TestReservationCommitTrigger(t *testing.T) {
+	ctx := context.Background()
+	pool := migratedPool(t)
+	s := &Reservations{Pool: pool}
+	if err := s.SetQuota(ctx, "acct", 100, nil); err != nil {
+		t.Fatal(err)
+	}
+	gen := func(key, attempt string, size int64, deleted bool) error {
+		_, err := pool.Exec(ctx, `WITH g AS (INSERT INTO generations (bucket, key, generation, etag, size, attempt_id, deleted, origin)
+			VALUES ('tb', $1, nextval('generation_seq'), 'e', $2, $3, $4, 'fencegate') RETURNING *)
+			INSERT INTO catalog SELECT bucket, key, generation, etag, size, attempt_id, deleted, origin, committed_at FROM g
+			ON CONFLICT (bucket, key) DO UPDATE SET generation = EXCLUDED.generation, size = EXCLUDED.size, deleted = EXCLUDED.deleted`,
+			key, size, nullID(attempt), deleted)
+		return err
+	}
+	r, err := s.Create(ctx, ReservationRequest{Bucket: "tb", Key: "a", AccessKeyID: "K", Account: "acct", MaxSize: ptr[int64](40), TTL: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a1, a2 := newUUID(), newUUID()
+	for _, a := range []string{a1, a2} {
+		if ok, err := s.Bind(ctx, r.ID, a, "tb", "a"); !ok || err != nil {
+			t.Fatalf("bind: %v %v", ok, err)
+		}
+	}
+	if err := gen("a", "", 10, false); err == nil {
+		t.Fatal("an unbound write to a reserved key committed")
+	}
+	if err := gen("a", a1, 41, false); err == nil {
+		t.Fatal("a write over the maximum committed")
+	}
+	if err := gen("a", a1, 30, false); err != nil {
+		t.Fatal(err)
+	}
+	if err := gen("a", a2, 30, false); err == nil {
+		t.Fatal("a second publication of one reservation committed")
+	}
+	got, _ := s.Get(ctx, r.ID)
+	q, _ := s.GetQuota(ctx, "acct")
+	if got.State != ReservationCommitted || *got.Size != 30 || q.ReservedBytes != 0 || q.UsedBytes != 30 {
+		t.Fatalf("after commit: %+v %+v", got, q)
+	}
+	if err := gen("a", "", -1, true); err != nil {
+		t.Fatal(err)
+	}
+	if q, _ = s.GetQuota(ctx, "acct"); q.UsedBytes != 0 {
+		t.Fatalf("after delete: used %d, want 0", q.UsedBytes)
+	}
+
+	r2, err := s.Create(ctx, ReservationRequest{Bucket: "tb", Key: "b", AccessKeyID: "K", Account: "acct", ExactSize: ptr[int64](7), TTL: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a3 := newUUID()
+	if ok, _ := s.Bind(ctx, r2.ID, a3, "tb", "b"); !ok {
+		t.Fatal("bind failed")
+	}
+	if _, err := s.End(ctx, r2.ID, ReservationCancelled); err != nil {
+		t.Fatal(err)
+	}
+	if err := gen("b", a3, 7, false); err == nil {
+		t.Fatal("a write under a cancelled reservation committed")
+	}
+	if ok, _ := s.Bind(ctx, r2.ID, newUUID(), "tb", "b"); ok {
+		t.Fatal("bound to a cancelled reservation")
+	}
+	if _, err := s.End(ctx, r2.ID, ReservationCancelled); !errors.Is(err, ErrReservationEnded) {
+		t.Fatalf("second cancel: %v", err)
+	}
+	if q, _ = s.GetQuota(ctx, "acct"); q.ReservedBytes != 0 {
+		t.Fatalf("after cancel: reserved %d, want 0", q.ReservedBytes)
+	}
+}
+
+// TestReservationCommitVersusSweep: a commit whose transaction took the
+// reservation before its expiry, still open when a sweep runs after the
+// expiry, wins: the sweep skips the row and ends nothing, and the
+// reservation is committed. A sweep that ends the reservation first makes
+// the commit fail.
+func TestReservationCommitVersusSweep(t *testing.T) {
+	ctx := context.Background()
+	pool := migratedPool(t)
+	s := &Reservations{Pool: pool}
+	c := &Catalog{Pool: pool}
+	if _, err := pool.Exec(ctx, `UPDATE reservations SET state = 'cancelled' WHERE state = 'reserved'`); err != nil {
+		t.Fatal(err)
+	}
+	insertGen := `INSERT INTO generations (bucket, key, generation, etag, size, attempt_id, deleted, origin)
+		VALUES ('sw', $1, nextval('generation_seq'), 'e', 1, $2, false, 'fencegate')`
+
+	won, err := s.Create(ctx, ReservationRequest{Bucket: "sw", Key: "commit-first", AccessKeyID: "K", TTL: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := newUUID()
+	if ok, _ := s.Bind(ctx, won.ID, a, "sw", "commit-first"); !ok {
+		t.Fatal("bind")
+	}
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(ctx, insertGen, "commit-first", a); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(time.Until(won.ExpiresAt) + 100*time.Millisecond)
+	if n, err := c.ExpireReservations(ctx, 100); err != nil || n != 0 {
+		t.Fatalf("sweep during the commit ended %d (%v), want 0", n, err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := c.ExpireReservations(ctx, 100); err != nil || n != 0 {
+		t.Fatalf("sweep after the commit ended %d (%v), want 0", n, err)
+	}
+	if got, _ := s.Get(ctx, won.ID); got.State != ReservationCommitted {
+		t.Fatalf("state %s, want committed", got.State)
+	}
+
+	lost, err := s.Create(ctx, ReservationRequest{Bucket: "sw", Key: "sweep-first", AccessKeyID: "K", TTL: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := newUUID()
+	if ok, _ := s.Bind(ctx, lost.ID, b, "sw", "sweep-first"); !ok {
+		t.Fatal("bind")
+	}
+	time.Sleep(time.Until(lost.ExpiresAt) + 100*time.Millisecond)
+	if n, err := c.ExpireReservations(ctx, 100); err != nil || n != 1 {
+		t.Fatalf("sweep ended %d (%v), want 1", n, err)
+	}
+	if _, err := pool.Exec(ctx, insertGen, "sweep-first", b); err == nil {
+		t.Fatal("a write under a swept reservation committed")
+	}
+	if got, _ := s.Get(ctx, lost.ID); got.State != ReservationExpired {
+		t.Fatalf("state %s, want expired", got.State)
+	}
+}
