@@ -18,7 +18,7 @@ export CGO_ENABLED ?= 0
 # aws-sdk-go-v2's default config fails while this is set (docs/DESIGN.md, the test stores).
 unexport AWS_CA_BUNDLE
 
-.PHONY: build run test test-short bench fuzz lint schema stores clean memcheck mutants s3-tests chaos
+.PHONY: build run cluster test test-short bench fuzz lint schema stores clean memcheck mutants s3-tests chaos
 
 build:
 	$(GO) build -o $(BIN) ./cmd/fencegate
@@ -27,6 +27,13 @@ build:
 run: build
 	scripts/ensure-deps.sh
 	exec ./$(BIN) dev run
+
+# The production-shaped stack (docs/SCALING.md): PostgreSQL primary and
+# synchronous standby, SeaweedFS master, 3 volume servers, filer and S3,
+# 3 gateways behind HAProxy; the same ./.fencegate/env as `make run`.
+cluster: build
+	scripts/ensure-deps.sh --cluster
+	exec ./$(BIN) dev cluster
 
 # Unit and conformance tests against one throwaway PostgreSQL cluster and SeaweedFS.
 test: build
