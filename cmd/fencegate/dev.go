@@ -187,9 +187,11 @@ func devRun(ctx context.Context, args []string) error {
 			SessionHeartbeat: 2 * time.Second, SessionTimeout: 10 * time.Second, SessionMargin: 2 * time.Second,
 			WaitPoll: lease.DefaultWaitPoll, WaitPollListening: lease.DefaultWaitPollListening, GuardHorizon: lease.DefaultGuardHorizon},
 		LeaseListen: true,
-		SigV2:       true, // --sigv2's default: a zero here would turn V2 off
-		Reconcile:   20 * time.Second,
-		Lifecycle:   defaultLifecycle(),
+		// One server by design: its commits wait for no standby.
+		AcceptAsyncReplication: true,
+		SigV2:                  true, // --sigv2's default: a zero here would turn V2 off
+		Reconcile:              20 * time.Second,
+		Lifecycle:              defaultLifecycle(),
 	}
 	return runServe(ctx, cfg, func(s3Addr, adminAddr string) {
 		endpoint := "http://" + s3Addr

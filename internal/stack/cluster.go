@@ -49,6 +49,9 @@ type ClusterConfig struct {
 	Prepare func(ctx context.Context, databaseURL string) error
 	// GatewayEnv is added to every gateway's environment.
 	GatewayEnv []string
+	// ExternalStore, when set, is the store the gateways use instead of a
+	// SeaweedFS cluster of their own (tests of the database's failover).
+	ExternalStore *Endpoint
 }
 
 // Cluster is a running cluster stack.
@@ -60,6 +63,7 @@ type Cluster struct {
 	Balancer    *HAProxy
 	DatabaseURL string // database "fencegate" on both servers, target_session_attrs=read-write
 	cfg         ClusterConfig
+	store       Endpoint // the gateways' store
 }
 
 // Endpoint is the S3 endpoint (the balancer) with key pair k.
@@ -114,9 +118,14 @@ func StartCluster(ctx context.Context, cfg ClusterConfig) (c *Cluster, err error
 			return c, err
 		}
 	}
-	if c.Store, err = StartSeaweedCluster(ctx, cfg.WeedBin, filepath.Join(cfg.Dir, "seaweedfs"), cfg.VolumeServers, cfg.StoreAccess, cfg.StoreSecret); err != nil {
-		return c, err
+	store := cfg.ExternalStore
+	if store == nil {
+		if c.Store, err = StartSeaweedCluster(ctx, cfg.WeedBin, filepath.Join(cfg.Dir, "seaweedfs"), cfg.VolumeServers, cfg.StoreAccess, cfg.StoreSecret); err != nil {
+			return c, err
+		}
+		store = &c.Store.Endpoint
 	}
+	c.store = *store
 	backends := make([]HAProxyBackend, cfg.Gateways)
 	for i := range backends {
 		g, err := StartFencegate(ctx, c.serveConfig(i))
@@ -135,7 +144,7 @@ func StartCluster(ctx context.Context, cfg ClusterConfig) (c *Cluster, err error
 func (c *Cluster) serveConfig(i int) ServeConfig {
 	return ServeConfig{
 		Bin: c.cfg.FencegateBin, DatabaseURL: c.DatabaseURL, ServerKey: c.cfg.ServerKey,
-		Store:    Endpoint{URL: c.Store.URL, AccessKey: c.cfg.StoreAccess, SecretKey: c.cfg.StoreSecret, Region: "us-east-1"},
+		Store:    c.store,
 		LogLevel: c.cfg.LogLevel, LogPath: filepath.Join(c.cfg.Dir, "gateway-"+strconv.Itoa(i+1)+".log"),
 		Env: c.cfg.GatewayEnv, Ready: "/readyz",
 	}
