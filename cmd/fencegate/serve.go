@@ -93,7 +93,7 @@ func (c *serveConfig) define(f envFlags) {
 	f.Duration(&c.Lease.WaitLimit, "lease-wait-max", "FENCEGATE_LEASE_WAIT_MAX", 60*time.Second, "how long in all a writer waits for a leased key while the holder's bytes keep flowing")
 	f.Duration(&c.Lease.WaitPoll, "lease-poll", "FENCEGATE_LEASE_POLL", lease.DefaultWaitPoll, "how often the first writer waiting for a leased key asks for it again while no release listener is subscribed")
 	f.Duration(&c.Lease.WaitPollListening, "lease-poll-listening", "FENCEGATE_LEASE_POLL_LISTENING", lease.DefaultWaitPollListening, "that poll while the release listener is subscribed (releases in other gateways wake the writer at once; the poll is the fallback)")
-	f.Bool(&c.LeaseListen, "lease-listen", "FENCEGATE_LEASE_LISTEN", true, "hold one PostgreSQL connection that LISTENs for releases of keys this gateway's writers wait for (off: they poll every --lease-poll; needed behind a pooler in transaction mode)")
+	f.Bool(&c.LeaseListen, "lease-listen", "FENCEGATE_LEASE_LISTEN", true, "hold one PostgreSQL connection that LISTENs for releases of keys this gateway's writers wait for (off: they poll every --lease-poll)")
 	f.Duration(&c.Lease.DBTimeout, "db-timeout", "FENCEGATE_DB_TIMEOUT", 5*time.Second, "client-side bound on every database call of the write protocol")
 	f.Duration(&c.Lease.SessionHeartbeat, "session-heartbeat", "FENCEGATE_SESSION_HEARTBEAT", 2*time.Second, "how often the gateway extends its session on PostgreSQL's clock")
 	f.Duration(&c.Lease.SessionTimeout, "session-timeout", "FENCEGATE_SESSION_TIMEOUT", 10*time.Second, "a gateway whose session is not extended for this long is dead: its keys are free for others")
@@ -204,6 +204,9 @@ func runServe(ctx context.Context, cfg serveConfig, started func(s3Addr, adminAd
 		}
 	}
 	if err := checkSchema(ctx, pool); err != nil {
+		return err
+	}
+	if err := meta.CheckSessionPooling(ctx, pool); err != nil {
 		return err
 	}
 	checkReplication(ctx, pool, cfg.AcceptAsyncReplication, log)
