@@ -1,9 +1,12 @@
 package conformance
 
 import (
+	"bufio"
 	"bytes"
 	"context"
+	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"sort"
 	"strings"
@@ -279,4 +282,102 @@ func TestFailoverAsyncStandbyLosesAcknowledgedWrite(t *testing.T) {
 	// What a client now sees of the lost generation (docs/SCALING.md).
 	res := doRaw(ep, "GET", "/"+bucket+"/k", nil, nil)
 	t.Logf("GET of the lost generation after the failover: %d %s generation %d", res.Status, res.Code, res.Generation)
+}
+
+// attemptStates lists the key's attempts on pg as "state" strings, oldest first.
+func attemptStatesOn(t *testing.T, pg *stack.Postgres, bucket, key string) []string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, pg.URL("fencegate"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	rows, err := conn.Query(ctx, `SELECT state FROM attempts WHERE bucket = $1 AND key = $2 ORDER BY created_at`, bucket, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	states, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		t.Fatal(err)
+	}
+	return states
+}
+
+// A write whose body is streaming when the primary dies ends one way or
+// the other (committed, or unknown and then settled by the reconciler on
+// the promoted server): no attempt stays unresolved and the audit finds
+// the catalog and the store agreeing. Promoted at once, the write's lease
+// outlives the outage and it commits; promoted after 4 s, longer than the
+// lease's local deadline (3 s TTL - 1 s margin), the lease is lost with
+// the body in flight.
+func TestFailoverInFlightWriteIsSettled(t *testing.T) {
+	for _, delay := range []time.Duration{0, 4 * time.Second} {
+		t.Run("promoted after "+delay.String(), func(t *testing.T) { inFlightAcrossFailover(t, delay) })
+	}
+}
+
+func inFlightAcrossFailover(t *testing.T, delay time.Duration) {
+	c, ep := failoverCluster(t, false, append(shortLeaseEnv, "FENCEGATE_RECONCILE_INTERVAL=1s", "FENCEGATE_BODY_STALL_TIMEOUT=1m")...)
+	bucket := testenv.Bucket(t)
+	createBucket(t, ep, bucket)
+	const key, size = "inflight", 1 << 20
+	putUntilCommitted(t, ep.S3Client(noRetries), bucket, key, []byte("prior"), time.Now(), 10*time.Second)
+	conn := startRawPut(t, ep, bucket, key, size)
+	defer conn.Close()
+	body := bytes.Repeat([]byte("x"), size)
+	if _, err := conn.Write(body[:size/4]); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		states := attemptStatesOn(t, c.Primary, bucket, key)
+		if len(states) > 0 && states[len(states)-1] == "leased" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no leased attempt for the streaming write: %v", states)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if err := c.FailoverAfter(context.Background(), delay); err != nil {
+		t.Fatal(err)
+	}
+	_, werr := conn.Write(body[size/4:])
+	status := 0
+	if werr == nil {
+		_ = conn.SetReadDeadline(time.Now().Add(30 * time.Second))
+		if resp, err := http.ReadResponse(bufio.NewReader(conn), nil); err == nil {
+			status = resp.StatusCode
+			resp.Body.Close()
+		}
+	}
+	deadline = time.Now().Add(90 * time.Second)
+	var states []string
+	for {
+		states = attemptStatesOn(t, c.Primary, bucket, key)
+		open := false
+		for _, s := range states {
+			if s == "leased" || s == "open" || s == "unknown" {
+				open = true
+			}
+		}
+		if !open {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the in-flight write's attempt is not settled 90 s after the failover: %v", states)
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+	t.Logf("in-flight write across the failover: client saw status %d (write error %v); attempts %v", status, werr, states)
+	store := testenv.Store(t)
+	cmd := exec.Command(fencegateBinary(t), "audit", bucket)
+	cmd.Env = append(os.Environ(), "FENCEGATE_DATABASE_URL="+c.DatabaseURL, "FENCEGATE_SERVER_KEY="+serverKey,
+		"FENCEGATE_BACKEND_ENDPOINT="+store.URL, "FENCEGATE_BACKEND_ACCESS_KEY_ID="+store.AccessKey,
+		"FENCEGATE_BACKEND_SECRET_ACCESS_KEY="+store.SecretKey)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("fencegate audit after the in-flight write: %v\n%s", err, out)
+	}
 }

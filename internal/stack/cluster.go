@@ -166,8 +166,18 @@ func (c *Cluster) serverDirs() (primary, standby string) {
 // Failover kills the primary (SIGKILL, a power cut) and promotes the
 // standby, which becomes Primary; Standby is nil afterwards. It returns when
 // the promoted server accepts writes.
-func (c *Cluster) Failover(ctx context.Context) error {
+func (c *Cluster) Failover(ctx context.Context) error { return c.FailoverAfter(ctx, 0) }
+
+// FailoverAfter is Failover with the promotion delay after the primary's
+// death: the time a failover manager takes to decide, during which no
+// server accepts writes.
+func (c *Cluster) FailoverAfter(ctx context.Context, delay time.Duration) error {
 	c.Primary.Crash()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-time.After(delay):
+	}
 	if err := c.Standby.Promote(ctx); err != nil {
 		return err
 	}
