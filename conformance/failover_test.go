@@ -381,3 +381,53 @@ func inFlightAcrossFailover(t *testing.T, delay time.Duration) {
 		t.Fatalf("fencegate audit after the in-flight write: %v\n%s", err, out)
 	}
 }
+
+// Fail over, rebuild the dead primary as the new synchronous standby (a
+// fresh base backup on its old port, which the gateway's URL still names),
+// and fail back: the gateway follows both promotions without a restart and
+// every acknowledged generation is on the server that ends up primary.
+func TestFailoverRebuildAndFailBack(t *testing.T) {
+	c, ep := failoverCluster(t, false)
+	cl := ep.S3Client(noRetries)
+	bucket := testenv.Bucket(t)
+	createBucket(t, ep, bucket)
+	ctx := context.Background()
+	bodies := []string{"on a", "on b", "on b, synchronous", "on a again"}
+	putUntilCommitted(t, cl, bucket, "k", []byte(bodies[0]), time.Now(), 10*time.Second)
+	first := c.Primary.Dir
+	if err := c.Failover(ctx); err != nil {
+		t.Fatal(err)
+	}
+	putUntilCommitted(t, cl, bucket, "k", []byte(bodies[1]), time.Now(), 60*time.Second)
+	if err := c.RebuildStandby(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if c.Standby.Dir != first {
+		t.Fatalf("rebuilt standby in %s, want the dead primary's folder %s", c.Standby.Dir, first)
+	}
+	putUntilCommitted(t, cl, bucket, "k", []byte(bodies[2]), time.Now(), 30*time.Second)
+	conn, err := pgx.Connect(ctx, c.Primary.URL("postgres"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var state string
+	err = conn.QueryRow(ctx, `SELECT sync_state FROM pg_stat_replication WHERE application_name = $1`, stack.StandbyName).Scan(&state)
+	conn.Close(ctx)
+	if err != nil || state != "sync" {
+		t.Fatalf("rebuilt standby's sync_state = %q (%v), want sync", state, err)
+	}
+	// Fail back: the last acknowledged generation is on the first server.
+	if err := c.Failover(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if c.Primary.Dir != first {
+		t.Fatalf("after failing back the primary is %s, want %s", c.Primary.Dir, first)
+	}
+	if got := getBody(t, ep, bucket, "k"); string(got) != bodies[2] {
+		t.Fatalf("GET k after failing back = %q, want %q", got, bodies[2])
+	}
+	putUntilCommitted(t, cl, bucket, "k", []byte(bodies[3]), time.Now(), 60*time.Second)
+	if got := getBody(t, ep, bucket, "k"); string(got) != bodies[3] {
+		t.Fatalf("GET k = %q, want %q", got, bodies[3])
+	}
+}

@@ -57,13 +57,14 @@ type ClusterConfig struct {
 // Cluster is a running cluster stack.
 type Cluster struct {
 	Primary     *Postgres // the server accepting writes
-	Standby     *Postgres // nil once promoted
+	Standby     *Postgres // nil from a failover until RebuildStandby
 	Store       *SeaweedCluster
 	Gateways    []*Fencegate
 	Balancer    *HAProxy
 	DatabaseURL string // database "fencegate" on both servers, target_session_attrs=read-write
 	cfg         ClusterConfig
 	store       Endpoint // the gateways' store
+	lost        *Postgres // the primary a failover left dead, for RebuildStandby
 }
 
 // Endpoint is the S3 endpoint (the balancer) with key pair k.
@@ -181,8 +182,36 @@ func (c *Cluster) FailoverAfter(ctx context.Context, delay time.Duration) error 
 	if err := c.Standby.Promote(ctx); err != nil {
 		return err
 	}
-	c.Primary, c.Standby = c.Standby, nil
+	c.Primary, c.Standby, c.lost = c.Standby, nil, c.Primary
 	return WritePrivateFile(filepath.Join(c.cfg.Dir, primaryMarker), []byte(filepath.Base(c.Primary.Dir)+"\n"))
+}
+
+// RebuildStandby makes the primary a failover left dead the new standby:
+// a fresh base backup of the promoted primary into its folder, started on
+// its old port (so the gateways' multi-host URL names it still), and, unless
+// the cluster is asynchronous, the promoted primary's commits then wait for
+// it. A later Failover fails back.
+func (c *Cluster) RebuildStandby(ctx context.Context) error {
+	if c.lost == nil || c.Standby != nil {
+		return fmt.Errorf("no failed primary to rebuild")
+	}
+	dir, port := c.lost.Dir, c.lost.Port
+	c.lost.Stop()
+	if err := os.RemoveAll(dir); err != nil {
+		return err
+	}
+	sb, err := StartStandby(ctx, c.Primary, dir, port, StandbyName, c.cfg.Durable)
+	if err != nil {
+		return err
+	}
+	c.Standby, c.lost = sb, nil
+	if err := c.Primary.WaitStreaming(ctx, StandbyName, 60*time.Second); err != nil {
+		return err
+	}
+	if c.cfg.AsyncStandby {
+		return nil
+	}
+	return c.Primary.SetSyncStandby(ctx, StandbyName)
 }
 
 // Stop stops everything, the balancer first and PostgreSQL last.
@@ -195,6 +224,7 @@ func (c *Cluster) Stop() {
 	c.Store.Stop()
 	c.Standby.Stop()
 	c.Primary.Stop()
+	c.lost.Stop()
 }
 
 // stopAll runs stop on every part at once and waits for all.

@@ -12,6 +12,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 )
 
 // A PostgreSQL primary with a streaming standby, the database shape the
@@ -36,11 +38,14 @@ func PrimarySettings(syncStandby string) []string {
 // StandbySettings are a standby's: it answers read-only queries while it
 // follows (fencegate's multi-host URL skips it for target_session_attrs=
 // read-write) and notices a dead primary quickly. It names no synchronous
-// standby of its own: once promoted, a primary waiting for a standby that
-// does not exist would hang every commit.
+// standby of its own (the primary's comes from its command line, which a
+// base backup does not copy): once promoted, a primary waiting for a
+// standby that does not exist would hang every commit. SetSyncStandby
+// names one once it streams; it is not on the command line, which would
+// win over ALTER SYSTEM.
 func StandbySettings() []string {
 	return []string{"hot_standby=on", "wal_receiver_timeout=5s", "wal_retrieve_retry_interval=500ms",
-		"synchronous_commit=on", "synchronous_standby_names="}
+		"synchronous_commit=on"}
 }
 
 // StartStandby makes dir a streaming standby of primary, named name (its
@@ -112,7 +117,10 @@ func baseBackup(ctx context.Context, primary *Postgres, dir, name string) error 
 	if err != nil {
 		return err
 	}
-	b = append(b, fmt.Sprintf("\n# fencegate: the primary this standby follows.\nprimary_conninfo = '%s password=%s'\n", conninfo, primary.password)...)
+	// The copy of the primary's own settings may name a synchronous
+	// standby (SetSyncStandby): once promoted, this server must not wait
+	// for one until told to.
+	b = append(b, fmt.Sprintf("\n# fencegate: the primary this standby follows.\nprimary_conninfo = '%s password=%s'\nsynchronous_standby_names = ''\n", conninfo, primary.password)...)
 	return writeServerFile(auto, b, cred)
 }
 
@@ -134,6 +142,23 @@ func (pg *Postgres) Promote(ctx context.Context) error {
 	}
 	return nil
 }
+
+// SetSyncStandby makes this server's commits wait for the standby named
+// name ("" : for none), with ALTER SYSTEM and a reload.
+func (pg *Postgres) SetSyncStandby(ctx context.Context, name string) error {
+	c, err := pgx.Connect(ctx, pg.URL("postgres"))
+	if err != nil {
+		return err
+	}
+	defer c.Close(ctx)
+	if _, err := c.Exec(ctx, "ALTER SYSTEM SET synchronous_standby_names = "+quoteLiteral(name)); err != nil {
+		return err
+	}
+	_, err = c.Exec(ctx, "SELECT pg_reload_conf()")
+	return err
+}
+
+func quoteLiteral(s string) string { return "'" + strings.ReplaceAll(s, "'", "''") + "'" }
 
 // WaitExited waits up to d for the server's process to end (after a crash
 // or a stop) and reports whether it did.
