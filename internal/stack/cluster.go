@@ -63,7 +63,7 @@ type Cluster struct {
 	Balancer    *HAProxy
 	DatabaseURL string // database "fencegate" on both servers, target_session_attrs=read-write
 	cfg         ClusterConfig
-	store       Endpoint // the gateways' store
+	store       Endpoint  // the gateways' store
 	lost        *Postgres // the primary a failover left dead, for RebuildStandby
 }
 
