@@ -127,9 +127,14 @@ s3-tests: build
 # replays a schedule. Each run's report and chart (and a failing run's
 # history, porcupine visualization, logs and REPLAY line) go to
 # bin/chaos/chaos-TestChaosCampaign-SEED-*/. `make test` runs a 20 s smoke.
+# CHAOS_STACK=cluster runs PostgreSQL as a primary with a synchronous standby
+# and adds the failover fault (docs/SCALING.md); CHAOS_FAULTS narrows the kinds.
 CHAOS_DURATION ?= 60s
 CHAOS_SEED     ?=
+CHAOS_STACK    ?=
+CHAOS_FAULTS   ?=
 chaos: build
 	scripts/ensure-deps.sh
 	FENCEGATE_CHAOS_DURATION='$(CHAOS_DURATION)' FENCEGATE_CHAOS_SEED='$(CHAOS_SEED)' FENCEGATE_CHAOS_DIR='$(CURDIR)/bin/chaos' \
+		FENCEGATE_CHAOS_STACK='$(CHAOS_STACK)' FENCEGATE_CHAOS_FAULTS='$(CHAOS_FAULTS)' \
 		$(GO) test -tags $(TEST_TAGS) -count=1 -v -timeout 0 -run '^TestChaosCampaign$$' ./conformance

@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -78,7 +79,21 @@ func chaosConfig(t *testing.T, duration time.Duration) chaos.Config {
 		}
 		seed = s
 	}
-	return chaos.Config{Seed: seed, Duration: duration, Log: t.Logf}
+	cfg := chaos.Config{Seed: seed, Duration: duration, Log: t.Logf}
+	// make chaos CHAOS_STACK=cluster: a primary with a synchronous standby
+	// and the failover fault (docs/SCALING.md).
+	switch v := os.Getenv("FENCEGATE_CHAOS_STACK"); v {
+	case "", "single":
+	case "cluster":
+		cfg.Cluster = true
+	default:
+		t.Fatalf("FENCEGATE_CHAOS_STACK=%q: want single or cluster", v)
+	}
+	// FENCEGATE_CHAOS_FAULTS narrows the kinds (comma-separated).
+	if v := os.Getenv("FENCEGATE_CHAOS_FAULTS"); v != "" {
+		cfg.Faults = strings.Split(v, ",")
+	}
+	return cfg
 }
 
 // runChaos runs a campaign in a folder of its own, under FENCEGATE_CHAOS_DIR
