@@ -2,8 +2,10 @@ package stack
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -151,17 +153,35 @@ func (c *Cluster) serveConfig(i int) ServeConfig {
 	}
 }
 
-// primaryMarker names, in the cluster's folder, which server folder holds
-// the primary (postgres-a until a failover promotes postgres-b).
-const primaryMarker = "primary"
-
-// serverDirs are the primary's and the standby's folders.
+// serverDirs are the primary's and the standby's folders: postgres-a,
+// unless postgres-b was promoted since (a failover, by Failover or by hand
+// with pg_ctl promote): then it is no standby and is on a later timeline.
 func (c *Cluster) serverDirs() (primary, standby string) {
 	a, b := filepath.Join(c.cfg.Dir, "postgres-a"), filepath.Join(c.cfg.Dir, "postgres-b")
-	if m, _ := os.ReadFile(filepath.Join(c.cfg.Dir, primaryMarker)); strings.TrimSpace(string(m)) == "postgres-b" {
+	if _, err := os.Stat(filepath.Join(b, "standby.signal")); errors.Is(err, os.ErrNotExist) && timeline(b) > timeline(a) {
 		return b, a
 	}
 	return a, b
+}
+
+// timeline is the cluster in dir's timeline (pg_controldata; 0 if none):
+// every promotion starts a new one.
+func timeline(dir string) int {
+	bin, err := postgresBin("pg_controldata")
+	if err != nil {
+		return 0
+	}
+	out, err := exec.Command(bin, "-D", dir).Output()
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(string(out), "\n") {
+		if v, ok := strings.CutPrefix(line, "Latest checkpoint's TimeLineID:"); ok {
+			n, _ := strconv.Atoi(strings.TrimSpace(v))
+			return n
+		}
+	}
+	return 0
 }
 
 // Failover kills the primary (SIGKILL, a power cut) and promotes the
@@ -183,7 +203,7 @@ func (c *Cluster) FailoverAfter(ctx context.Context, delay time.Duration) error 
 		return err
 	}
 	c.Primary, c.Standby, c.lost = c.Standby, nil, c.Primary
-	return WritePrivateFile(filepath.Join(c.cfg.Dir, primaryMarker), []byte(filepath.Base(c.Primary.Dir)+"\n"))
+	return nil
 }
 
 // RebuildStandby makes the primary a failover left dead the new standby:
