@@ -121,8 +121,10 @@ func runChaos(t *testing.T, cfg chaos.Config) *chaos.Report {
 	cfg.Dir = dir
 	t.Logf("seed %d (FENCEGATE_CHAOS_SEED=%d replays it), %s, folder %s", cfg.Seed, cfg.Seed, cfg.Duration, dir)
 	rep, err := chaos.Run(context.Background(), cfg)
-	os.RemoveAll(filepath.Join(dir, "postgres"))
-	os.RemoveAll(filepath.Join(dir, "seaweedfs"))
+	// The cluster stack's two servers are postgres-a and postgres-b.
+	for _, data := range []string{"postgres", "postgres-a", "postgres-b", "seaweedfs"} {
+		os.RemoveAll(filepath.Join(dir, data))
+	}
 	os.Remove(filepath.Join(dir, "postgres.password"))
 	if err != nil {
 		t.Fatal(err)
