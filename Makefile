@@ -18,7 +18,7 @@ export CGO_ENABLED ?= 0
 # aws-sdk-go-v2's default config fails while this is set (docs/TESTING.md, the test stores).
 unexport AWS_CA_BUNDLE
 
-.PHONY: build run test test-short bench fuzz lint schema flags stores clean memcheck mutants s3-tests chaos
+.PHONY: build run cluster test test-short bench fuzz lint schema flags stores clean memcheck mutants s3-tests chaos
 
 build:
 	$(GO) build -o $(BIN) ./cmd/fencegate
@@ -27,6 +27,13 @@ build:
 run: build
 	scripts/ensure-deps.sh
 	exec ./$(BIN) dev run
+
+# The production-shaped stack (docs/SCALING.md): PostgreSQL primary and
+# synchronous standby, SeaweedFS master, 3 volume servers, filer and S3,
+# 3 gateways behind HAProxy; the same ./.fencegate/env as `make run`.
+cluster: build
+	scripts/ensure-deps.sh --cluster
+	exec ./$(BIN) dev cluster
 
 # Unit and conformance tests against one throwaway PostgreSQL cluster and SeaweedFS.
 test: build
@@ -128,9 +135,14 @@ s3-tests: build
 # replays a schedule. Each run's report and chart (and a failing run's
 # history, porcupine visualization, logs and REPLAY line) go to
 # bin/chaos/chaos-TestChaosCampaign-SEED-*/. `make test` runs a 20 s smoke.
+# CHAOS_STACK=cluster runs PostgreSQL as a primary with a synchronous standby
+# and adds the failover fault (docs/SCALING.md); CHAOS_FAULTS narrows the kinds.
 CHAOS_DURATION ?= 60s
 CHAOS_SEED     ?=
+CHAOS_STACK    ?=
+CHAOS_FAULTS   ?=
 chaos: build
 	scripts/ensure-deps.sh
 	FENCEGATE_CHAOS_DURATION='$(CHAOS_DURATION)' FENCEGATE_CHAOS_SEED='$(CHAOS_SEED)' FENCEGATE_CHAOS_DIR='$(CURDIR)/bin/chaos' \
+		FENCEGATE_CHAOS_STACK='$(CHAOS_STACK)' FENCEGATE_CHAOS_FAULTS='$(CHAOS_FAULTS)' \
 		$(GO) test -tags $(TEST_TAGS) -count=1 -v -timeout 0 -run '^TestChaosCampaign$$' ./conformance

@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -78,7 +79,21 @@ func chaosConfig(t *testing.T, duration time.Duration) chaos.Config {
 		}
 		seed = s
 	}
-	return chaos.Config{Seed: seed, Duration: duration, Log: t.Logf}
+	cfg := chaos.Config{Seed: seed, Duration: duration, Log: t.Logf}
+	// make chaos CHAOS_STACK=cluster: a primary with a synchronous standby
+	// and the failover fault (docs/SCALING.md).
+	switch v := os.Getenv("FENCEGATE_CHAOS_STACK"); v {
+	case "", "single":
+	case "cluster":
+		cfg.Cluster = true
+	default:
+		t.Fatalf("FENCEGATE_CHAOS_STACK=%q: want single or cluster", v)
+	}
+	// FENCEGATE_CHAOS_FAULTS narrows the kinds (comma-separated).
+	if v := os.Getenv("FENCEGATE_CHAOS_FAULTS"); v != "" {
+		cfg.Faults = strings.Split(v, ",")
+	}
+	return cfg
 }
 
 // runChaos runs a campaign in a folder of its own, under FENCEGATE_CHAOS_DIR
@@ -106,8 +121,10 @@ func runChaos(t *testing.T, cfg chaos.Config) *chaos.Report {
 	cfg.Dir = dir
 	t.Logf("seed %d (FENCEGATE_CHAOS_SEED=%d replays it), %s, folder %s", cfg.Seed, cfg.Seed, cfg.Duration, dir)
 	rep, err := chaos.Run(context.Background(), cfg)
-	os.RemoveAll(filepath.Join(dir, "postgres"))
-	os.RemoveAll(filepath.Join(dir, "seaweedfs"))
+	// The cluster stack's two servers are postgres-a and postgres-b.
+	for _, data := range []string{"postgres", "postgres-a", "postgres-b", "seaweedfs"} {
+		os.RemoveAll(filepath.Join(dir, data))
+	}
 	os.Remove(filepath.Join(dir, "postgres.password"))
 	if err != nil {
 		t.Fatal(err)

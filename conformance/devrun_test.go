@@ -92,7 +92,9 @@ func waitEnvFile(t *testing.T, path string, exited <-chan error, out *bytes.Buff
 			for sc.Scan() {
 				k, v, ok := strings.Cut(strings.TrimPrefix(sc.Text(), "export "), "=")
 				if ok {
-					env[k] = v
+					// Values may be single-quoted for the shell (a
+					// multi-host database URL's '&').
+					env[k] = strings.TrimSuffix(strings.TrimPrefix(v, "'"), "'")
 				}
 			}
 			f.Close()

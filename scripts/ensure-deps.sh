@@ -2,7 +2,8 @@
 # Installs what a fresh machine lacks for `make run` (PostgreSQL's server
 # binaries) and, with --clients, for `make test` (the unmodified S3 clients the
 # conformance suite drives: Debian's aws cli v2, rclone and s3cmd, HAProxy, chromium, nats-server, and
-# @aws-sdk/client-s3 for Node). Quiet when everything is there.
+# @aws-sdk/client-s3 for Node), and with --cluster for `make cluster` (HAProxy and
+# PgBouncer). Quiet when everything is there.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -19,6 +20,18 @@ apt_install() {
 if ! command -v initdb >/dev/null && ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; then
 	echo "ensure-deps: installing PostgreSQL server binaries"
 	apt_install postgresql
+fi
+
+if [ "${1:-}" = --clients ] || [ "${1:-}" = --cluster ]; then
+	pkgs=()
+	# HAProxy balances the cluster stack's gateways; PgBouncer is the
+	# transaction-mode pooler its tests put in front of PostgreSQL.
+	command -v haproxy >/dev/null || pkgs+=(haproxy)
+	command -v pgbouncer >/dev/null || [ -x /usr/sbin/pgbouncer ] || pkgs+=(pgbouncer)
+	if [ ${#pkgs[@]} -gt 0 ]; then
+		echo "ensure-deps: installing ${pkgs[*]}"
+		apt_install "${pkgs[@]}"
+	fi
 fi
 
 if [ "${1:-}" = --clients ]; then

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"flag"
 	"fmt"
 	"net"
 	"os"
@@ -19,10 +20,13 @@ import (
 	"github.com/fencegate/fencegate/meta"
 )
 
-const devUsage = `usage: fencegate dev <run|exec|stores>
+const devUsage = `usage: fencegate dev <run|cluster|exec|stores>
 
   run [--dir D]       PostgreSQL + SeaweedFS + the gateway, data kept in D (default ./.fencegate);
                       prints the endpoint and a key pair, writes D/env; Ctrl-C stops everything
+  cluster [--dir D]   the production-shaped stack (docs/SCALING.md): PostgreSQL primary and
+                      synchronous standby, SeaweedFS master, 3 volume servers, filer and S3,
+                      3 gateways behind HAProxy; data in D/cluster, writes D/env like run
   exec -- CMD ARGS    start a throwaway PostgreSQL cluster and SeaweedFS, run CMD with
                       DATABASE_URL and FENCEGATE_TEST_* set, stop them when CMD ends
   stores              build the pinned SeaweedFS and versitygw into the cache (once per machine)
@@ -41,13 +45,18 @@ func cmdDev(ctx context.Context, args []string) error {
 		return errors.New("missing subcommand")
 	}
 	if isHelp(args[0]) {
-		// dev run is the one with flags.
+		// dev run and dev cluster are the ones with flags.
 		fmt.Fprint(os.Stderr, devUsage+"\n")
+		if err := devCluster(ctx, args[:1]); !errors.Is(err, flag.ErrHelp) {
+			return err
+		}
 		return devRun(ctx, args[:1])
 	}
 	switch args[0] {
 	case "run":
 		return devRun(ctx, args[1:])
+	case "cluster":
+		return devCluster(ctx, args[1:])
 	case "exec":
 		return devExec(ctx, args[1:])
 	case "stores":
@@ -194,9 +203,11 @@ func devRun(ctx context.Context, args []string) error {
 			SessionHeartbeat: 2 * time.Second, SessionTimeout: 10 * time.Second, SessionMargin: 2 * time.Second,
 			WaitPoll: lease.DefaultWaitPoll, WaitPollListening: lease.DefaultWaitPollListening, GuardHorizon: lease.DefaultGuardHorizon},
 		LeaseListen: true,
-		SigV2:       true, // --sigv2's default: a zero here would turn V2 off
-		Reconcile:   20 * time.Second,
-		Lifecycle:   defaultLifecycle(),
+		// One server by design: its commits wait for no standby.
+		AcceptAsyncReplication: true,
+		SigV2:                  true, // --sigv2's default: a zero here would turn V2 off
+		Reconcile:              20 * time.Second,
+		Lifecycle:              defaultLifecycle(),
 	}
 	return runServe(ctx, cfg, func(s3Addr, adminAddr string) {
 		endpoint := "http://" + s3Addr
@@ -204,10 +215,8 @@ func devRun(ctx context.Context, args []string) error {
 		// with nothing but the env file sourced; the store's own key lets an
 		// operator write around the gateway on purpose (a backfill, a test of
 		// convergence).
-		env := fmt.Sprintf("export FENCEGATE_ENDPOINT=%s\nexport AWS_ACCESS_KEY_ID=%s\nexport AWS_SECRET_ACCESS_KEY=%s\nexport AWS_DEFAULT_REGION=us-east-1\nexport AWS_REGION=us-east-1\nexport FENCEGATE_ADMIN_ENDPOINT=http://%s\nexport FENCEGATE_STORE_ENDPOINT=%s\nexport FENCEGATE_STORE_ACCESS_KEY_ID=%s\nexport FENCEGATE_STORE_SECRET_ACCESS_KEY=%s\nexport FENCEGATE_STORE_REGION=us-east-1\nexport DATABASE_URL=%s\nexport FENCEGATE_SERVER_KEY=%s\n",
-			endpoint, st.AccessKey, st.SecretKey, adminAddr, sw.URL, st.StoreAccess, st.StoreSecret, dbURL, st.ServerKey)
 		envPath := filepath.Join(dir, "env")
-		if err := stack.WritePrivateFile(envPath, []byte(env)); err != nil {
+		if err := writeDevEnv(envPath, endpoint, "http://"+adminAddr, sw.URL, dbURL, st); err != nil {
 			fmt.Fprintf(os.Stderr, "write %s: %v\n", envPath, err)
 		}
 		fmt.Printf(`
@@ -227,6 +236,14 @@ fencegate is up.
 Ctrl-C stops the gateway, SeaweedFS and PostgreSQL.
 `, endpoint, st.AccessKey, st.SecretKey, adminAddr, adminAddr, adminAddr, dbURL, dir, envPath)
 	})
+}
+
+// writeDevEnv writes the env file `make run` and `make cluster` leave for
+// `source`: the same variables from either stack.
+func writeDevEnv(path, endpoint, admin, storeURL, dbURL string, st *devState) error {
+	env := fmt.Sprintf("export FENCEGATE_ENDPOINT=%s\nexport AWS_ACCESS_KEY_ID=%s\nexport AWS_SECRET_ACCESS_KEY=%s\nexport AWS_DEFAULT_REGION=us-east-1\nexport AWS_REGION=us-east-1\nexport FENCEGATE_ADMIN_ENDPOINT=%s\nexport FENCEGATE_STORE_ENDPOINT=%s\nexport FENCEGATE_STORE_ACCESS_KEY_ID=%s\nexport FENCEGATE_STORE_SECRET_ACCESS_KEY=%s\nexport FENCEGATE_STORE_REGION=us-east-1\nexport DATABASE_URL='%s'\nexport FENCEGATE_SERVER_KEY=%s\n",
+		endpoint, st.AccessKey, st.SecretKey, admin, storeURL, st.StoreAccess, st.StoreSecret, dbURL, st.ServerKey)
+	return stack.WritePrivateFile(path, []byte(env))
 }
 
 func gatewayConfig(st *devState) (c gateway.Config) {
@@ -253,31 +270,37 @@ func ensureDevDatabase(ctx context.Context, pg *stack.Postgres, st *devState) (s
 		return "", err
 	}
 	url := pg.URL("fencegate")
+	return url, prepareDevDatabase(ctx, url, st)
+}
+
+// prepareDevDatabase migrates the database at url and stores the
+// development key with every permission unless it is there.
+func prepareDevDatabase(ctx context.Context, url string, st *devState) error {
 	pool, err := meta.Open(ctx, url, meta.PoolConfig{MaxConns: 2})
 	if err != nil {
-		return "", err
+		return err
 	}
 	defer pool.Close()
 	if _, err := meta.Migrate(ctx, pool); err != nil {
-		return "", err
+		return err
 	}
 	key, _ := meta.ParseServerKey(st.ServerKey)
 	sealer, err := meta.NewSealer(key)
 	if err != nil {
-		return "", err
+		return err
 	}
 	keys := &meta.Keys{Pool: pool, Sealer: sealer}
 	var n int
 	if err := pool.QueryRow(ctx, `SELECT count(*) FROM access_keys WHERE access_key_id = $1`, st.AccessKey).Scan(&n); err != nil {
-		return "", err
+		return err
 	}
 	if n == 0 {
 		all := []meta.Grant{{Bucket: meta.AllBuckets, Permission: meta.PermRead}, {Bucket: meta.AllBuckets, Permission: meta.PermWrite}, {Bucket: meta.AllBuckets, Permission: meta.PermAdmin}}
 		if err := keys.Import(ctx, st.AccessKey, st.SecretKey, "make run development key", all); err != nil {
-			return "", err
+			return err
 		}
 	}
-	return url, nil
+	return nil
 }
 
 func writeJSON(path string, v any) error {

@@ -45,6 +45,9 @@ type serveConfig struct {
 	AuditBuckets   string
 	ProbeBucket    string
 	RequireFencing bool
+	// AcceptAsyncReplication: the operator knows the database does not
+	// replicate commits synchronously; the start-up warning becomes info.
+	AcceptAsyncReplication bool
 	// BodyMemoryBytes is gateway.Config.BodyMemory, as an int flag; the
 	// spool's byte limits likewise.
 	BodyMemoryBytes  int
@@ -74,6 +77,7 @@ func (c *serveConfig) define(f envFlags) {
 	f.database(&c.DatabaseURL)
 	f.Int(&c.DBMaxConns, "db-max-conns", "FENCEGATE_DB_MAX_CONNS", 32, "PostgreSQL connection pool size")
 	f.Duration(&c.DBQueryTimeout, "db-statement-timeout", "FENCEGATE_DB_STATEMENT_TIMEOUT", 10*time.Second, "server-side bound on every statement")
+	f.Bool(&c.AcceptAsyncReplication, "accept-async-replication", "FENCEGATE_ACCEPT_ASYNC_REPLICATION", false, "the database's commits need not wait for a synchronous standby (a single server, or a standby whose loss of the last commits is accepted): no start-up warning that a failover can lose acknowledged writes")
 	f.Bool(&c.Migrate, "migrate", "FENCEGATE_MIGRATE", false, "apply database migrations at start-up")
 	f.serverKey(&c.ServerKey, &c.ServerKeyFile)
 	f.store(&c.Store)
@@ -100,7 +104,7 @@ func (c *serveConfig) define(f envFlags) {
 	f.String(&c.SpoolDir, "spool-dir", "FENCEGATE_SPOOL_DIR", "", "directory for spooled bodies' temporary files (default: the system's temporary directory)")
 	c.defineLease(f)
 	f.Duration(&c.Lease.WaitPollListening, "lease-poll-listening", "FENCEGATE_LEASE_POLL_LISTENING", lease.DefaultWaitPollListening, "that poll while the release listener is subscribed (releases in other gateways wake the writer at once; the poll is the fallback)")
-	f.Bool(&c.LeaseListen, "lease-listen", "FENCEGATE_LEASE_LISTEN", true, "hold one PostgreSQL connection that LISTENs for releases of keys this gateway's writers wait for (off: they poll every --lease-poll; needed behind a pooler in transaction mode)")
+	f.Bool(&c.LeaseListen, "lease-listen", "FENCEGATE_LEASE_LISTEN", true, "hold one PostgreSQL connection that LISTENs for releases of keys this gateway's writers wait for (off: they poll every --lease-poll)")
 	f.heading("reconciler")
 	f.Duration(&c.Reconcile, "reconcile-interval", "FENCEGATE_RECONCILE_INTERVAL", 20*time.Second, "reconciler period (a scan also runs at start-up)")
 	c.defineLifecycle(f)
@@ -241,6 +245,10 @@ func runServe(ctx context.Context, cfg serveConfig, started func(s3Addr, adminAd
 	if err := checkSchema(ctx, pool); err != nil {
 		return err
 	}
+	if err := meta.CheckSessionPooling(ctx, pool); err != nil {
+		return err
+	}
+	checkReplication(ctx, pool, cfg.AcceptAsyncReplication, log)
 	gcfg := cfg.Config
 	gcfg.Region = cfg.Region
 	gcfg.BodyMemory = int64(cfg.BodyMemoryBytes)
@@ -339,6 +347,28 @@ func runServe(ctx context.Context, cfg serveConfig, started func(s3Addr, adminAd
 		started(srv.Addr(), srv.AdminAddr())
 	}
 	return srv.Serve(ctx)
+}
+
+// checkReplication warns at start when the database acknowledges commits a
+// promoted standby may not have (docs/SCALING.md): after a failover an
+// acknowledged write's generation would be gone.
+func checkReplication(ctx context.Context, q meta.Querier, accepted bool, log *slog.Logger) {
+	r, err := meta.ReadReplication(ctx, q)
+	if err != nil {
+		log.Warn("could not read the database's replication settings", "err", err)
+		return
+	}
+	risk := r.Risk()
+	switch {
+	case risk == "" && r.SyncStandbys == 0:
+		log.Warn("no synchronous standby is connected: every commit waits until one is", "synchronous_standby_names", r.StandbyNames)
+	case risk == "":
+		log.Info("the database replicates commits synchronously", "synchronous_commit", r.SynchronousCommit, "synchronous_standby_names", r.StandbyNames, "sync_standbys", r.SyncStandbys)
+	case accepted:
+		log.Info("asynchronous replication accepted (--accept-async-replication)", "reason", risk)
+	default:
+		log.Warn("ASYNCHRONOUS REPLICATION: a write the gateway acknowledged can be lost if the database fails over to a standby that had not received it; replicate synchronously, or say it is accepted with --accept-async-replication", "reason", risk)
+	}
 }
 
 func checkSchema(ctx context.Context, pool interface {

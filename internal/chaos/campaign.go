@@ -51,6 +51,10 @@ type Config struct {
 	// at any time (its attempt is not bounded by a superseding generation),
 	// so a campaign that must catch a broken fence holds none of them.
 	LatePutsOnly bool
+	// Cluster runs PostgreSQL as a primary with a synchronous standby,
+	// every gateway on a multi-host URL, and adds FaultPostgresFailover to
+	// the kinds (`make chaos CHAOS_STACK=cluster`, docs/SCALING.md).
+	Cluster bool
 }
 
 // Report is what a campaign found.
@@ -145,6 +149,9 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	}
 	if cfg.Faults == nil {
 		cfg.Faults = AllFaults
+		if cfg.Cluster {
+			cfg.Faults = append(append([]string(nil), AllFaults...), FaultPostgresFailover)
+		}
 	}
 	if cfg.Clients == 0 {
 		cfg.Clients = 6
@@ -156,7 +163,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		cfg.CheckTimeout = 5 * time.Minute
 	}
 	began := time.Now()
-	st, err := startStack(ctx, cfg.Dir, cfg.Bin, cfg.Gateways, nil)
+	st, err := startStack(ctx, cfg.Dir, cfg.Bin, cfg.Gateways, nil, cfg.Cluster)
 	if err != nil {
 		return nil, err
 	}
@@ -232,7 +239,7 @@ func (c *Campaign) finish(ctx context.Context, rep *Report) {
 	c.mu.Unlock()
 	for _, g := range s.gateways {
 		g.storeHTTP.Reset()
-		g.pgProxy.Blackhole(false)
+		g.blackholeDB(false)
 		if g.URL() == "" {
 			if err := s.startGateway(ctx, g, ""); err != nil {
 				problems = append(problems, err.Error())

@@ -30,6 +30,10 @@ const (
 	FaultClientDisconnect = "client-disconnect" // PUTs whose client goes away mid-body
 	FaultDirectWrite      = "direct-write"      // PUTs and DELETEs straight at the store, with its own key
 	FaultBadInput         = "bad-input"         // the hostile-request corpus against a gateway
+	// Only on the cluster stack (Config.Cluster): the primary killed, the
+	// synchronous standby promoted, the dead primary rebuilt as the new
+	// standby (a later one fails back).
+	FaultPostgresFailover = "postgres-failover"
 )
 
 // AllFaults is every kind, the order the schedule's rounds shuffle.
@@ -78,6 +82,8 @@ func schedule(seed uint64, duration, every time.Duration, kinds []string, gatewa
 				f.Point = []string{"after-lease", "after-store-ack"}[rng.IntN(2)]
 			case FaultPostgresRestart, FaultStoreRestart:
 				f.Pause = ms(rng, 300, 3000)
+			case FaultPostgresFailover:
+				f.Pause = ms(rng, 0, 3000) // the failover manager's decision
 			case FaultStoreStall:
 				f.Pause, f.N = ms(rng, 300, 2500), 5+rng.IntN(30)
 			case FaultStoreLate:
@@ -163,6 +169,10 @@ func (c *Campaign) inject(ctx context.Context, f *Fault) {
 	case FaultPostgresRestart:
 		fail(s.restartPostgres(ctx, f.Crash, f.Pause))
 		f.Detail = fmt.Sprintf("crash %v", f.Crash)
+	case FaultPostgresFailover:
+		detail, err := s.failover(ctx, f.Pause)
+		f.Detail = detail
+		fail(err)
 	case FaultStoreRestart:
 		fail(s.restartSeaweed(ctx, f.Crash, f.Pause))
 		f.Detail = fmt.Sprintf("crash %v", f.Crash)
@@ -208,7 +218,7 @@ func (c *Campaign) inject(ctx context.Context, f *Fault) {
 		if f.Crash {
 			s.killGateway(g)
 		} else {
-			g.pgProxy.Blackhole(true)
+			g.blackholeDB(true)
 		}
 		// Once g's leases have passed on (its session timed out), this fault
 		// writes each held key itself through another gateway, delivers the
@@ -241,7 +251,7 @@ func (c *Campaign) inject(ctx context.Context, f *Fault) {
 		if f.Crash {
 			fail(s.startGateway(context.Background(), g, ""))
 		} else {
-			g.pgProxy.Blackhole(false)
+			g.blackholeDB(false)
 		}
 		f.Detail = fmt.Sprintf("%d held; their gateway %s", len(held), map[bool]string{true: "killed", false: "cut off from PostgreSQL"}[f.Crash])
 	case FaultStoreReset:
@@ -264,9 +274,9 @@ func (c *Campaign) inject(ctx context.Context, f *Fault) {
 		sleep(ctx, 3*time.Second)
 		g.storeHTTP.Reset()
 	case FaultLeaseBlackhole:
-		g.pgProxy.Blackhole(true)
+		g.blackholeDB(true)
 		sleep(ctx, f.Pause)
-		g.pgProxy.Blackhole(false)
+		g.blackholeDB(false)
 	case FaultClientDisconnect:
 		for range f.N {
 			c.cutPut(rng)

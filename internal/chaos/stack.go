@@ -31,10 +31,17 @@ type campaignStack struct {
 	serverKey string
 
 	pgMu    sync.Mutex
-	pg      *stack.Postgres
+	pg      *stack.Postgres // the primary
 	pgDir   string
 	pgPort  int
 	adminDB string // the campaign database, straight (not through a gateway's proxy)
+
+	// The cluster stack's standby (cluster only): pg and standby trade
+	// places at every failover, their folders and ports staying.
+	cluster     bool
+	standby     *stack.Postgres
+	standbyDir  string
+	standbyPort int
 
 	swMu    sync.Mutex
 	sw      *stack.Seaweed
@@ -55,6 +62,7 @@ type campaignStack struct {
 type gatewayProc struct {
 	index     int
 	pgProxy   *faultproxy.TCP
+	pgProxyB  *faultproxy.TCP // to the second server (cluster only)
 	storeHTTP *faultproxy.HTTP
 	logPath   string
 
@@ -86,8 +94,8 @@ var campaignEnv = []string{
 	"FENCEGATE_LEASE_WAIT=5s",
 }
 
-func startStack(ctx context.Context, dir, bin string, gateways int, extraEnv []string) (*campaignStack, error) {
-	s := &campaignStack{dir: dir, bin: bin, extraEnv: extraEnv}
+func startStack(ctx context.Context, dir, bin string, gateways int, extraEnv []string, cluster bool) (*campaignStack, error) {
+	s := &campaignStack{dir: dir, bin: bin, extraEnv: extraEnv, cluster: cluster}
 	var err error
 	if s.weedBin, err = stack.EnsureWeed(ctx, os.Stderr); err != nil {
 		return nil, err
@@ -96,6 +104,12 @@ func startStack(ctx context.Context, dir, bin string, gateways int, extraEnv []s
 	s.pgDir, s.swDir = filepath.Join(dir, "postgres"), filepath.Join(dir, "seaweedfs")
 	if s.pgPort, err = stack.FreePort(); err != nil {
 		return nil, err
+	}
+	if cluster {
+		s.pgDir, s.standbyDir = filepath.Join(dir, "postgres-a"), filepath.Join(dir, "postgres-b")
+		if s.standbyPort, err = stack.FreePort(); err != nil {
+			return nil, err
+		}
 	}
 	var wg sync.WaitGroup
 	var pgErr, swErr error
@@ -114,6 +128,9 @@ func startStack(ctx context.Context, dir, bin string, gateways int, extraEnv []s
 	if s.adminDB, err = stack.CreateDatabase(ctx, s.pg.URL("postgres"), "chaos"); err != nil {
 		s.stop()
 		return nil, err
+	}
+	if cluster {
+		s.adminDB = withHosts(s.adminDB, "127.0.0.1:"+strconv.Itoa(s.pgPort), "127.0.0.1:"+strconv.Itoa(s.standbyPort))
 	}
 	s.serverKey = randomKey(64)
 	env := s.serveConfig("", s.adminDB, s.store.URL).Environ()
@@ -138,6 +155,14 @@ func startStack(ctx context.Context, dir, bin string, gateways int, extraEnv []s
 			return nil, err
 		}
 		g := &gatewayProc{index: i, pgProxy: p, storeHTTP: sp, logPath: filepath.Join(dir, fmt.Sprintf("gateway-%d.log", i))}
+		if cluster {
+			if g.pgProxyB, err = faultproxy.NewTCP("127.0.0.1:" + strconv.Itoa(s.standbyPort)); err != nil {
+				p.Close()
+				sp.Close()
+				s.stop()
+				return nil, err
+			}
+		}
 		s.gateways = append(s.gateways, g)
 		if err := s.startGateway(ctx, g, ""); err != nil {
 			s.stop()
@@ -152,6 +177,9 @@ func (s *campaignStack) storeKey() {
 }
 
 func (s *campaignStack) startPostgres(ctx context.Context) error {
+	if s.cluster {
+		return s.startPrimary(ctx)
+	}
 	pg, err := stack.StartPostgres(ctx, s.pgDir, s.pgPort, true)
 	if err != nil {
 		return err
@@ -160,6 +188,95 @@ func (s *campaignStack) startPostgres(ctx context.Context) error {
 	s.pg = pg
 	s.pgMu.Unlock()
 	return nil
+}
+
+// startPrimary (re)starts the cluster's primary, synchronous to the
+// standby, and on first start the standby too.
+func (s *campaignStack) startPrimary(ctx context.Context) error {
+	s.pgMu.Lock()
+	dir, port := s.pgDir, s.pgPort
+	if s.pg != nil {
+		dir, port = s.pg.Dir, s.pg.Port
+	}
+	s.pgMu.Unlock()
+	pg, err := stack.StartPostgres(ctx, dir, port, true, stack.PrimarySettings(stack.StandbyName)...)
+	if err != nil {
+		return err
+	}
+	s.pgMu.Lock()
+	s.pg = pg
+	first := s.standby == nil
+	s.pgMu.Unlock()
+	if !first {
+		return nil
+	}
+	sb, err := stack.StartStandby(ctx, pg, s.standbyDir, s.standbyPort, stack.StandbyName, true)
+	if err != nil {
+		return err
+	}
+	s.pgMu.Lock()
+	s.standby = sb
+	s.pgMu.Unlock()
+	return pg.WaitStreaming(ctx, stack.StandbyName, time.Minute)
+}
+
+// failover kills the primary, promotes the standby after pause (a failover
+// manager's decision), and rebuilds the dead primary as the new synchronous
+// standby (a fresh base backup on its folder and port). The gateways follow
+// through their multi-host URL.
+func (s *campaignStack) failover(ctx context.Context, pause time.Duration) (string, error) {
+	s.pgMu.Lock()
+	old, sb := s.pg, s.standby
+	s.pgMu.Unlock()
+	if sb == nil {
+		return "", errors.New("no standby")
+	}
+	old.Crash()
+	died := time.Now()
+	sleep(ctx, pause)
+	if err := sb.Promote(context.Background()); err != nil {
+		return "", err
+	}
+	promoted := time.Since(died)
+	s.pgMu.Lock()
+	s.pg, s.standby = sb, nil
+	s.pgMu.Unlock()
+	if err := os.RemoveAll(old.Dir); err != nil {
+		return "", err
+	}
+	nsb, err := stack.StartStandby(context.Background(), sb, old.Dir, old.Port, stack.StandbyName, true)
+	if err != nil {
+		return "", err
+	}
+	s.pgMu.Lock()
+	s.standby = nsb
+	s.pgMu.Unlock()
+	if err := sb.WaitStreaming(context.Background(), stack.StandbyName, time.Minute); err != nil {
+		return "", err
+	}
+	if err := sb.SetSyncStandby(context.Background(), stack.StandbyName); err != nil {
+		return "", err
+	}
+	return fmt.Sprintf("port %d promoted %s after the primary's death; port %d rebuilt as its standby", sb.Port, promoted.Round(time.Millisecond), old.Port), nil
+}
+
+// withHosts is url u with its host list replaced by hosts and
+// target_session_attrs=read-write: a multi-host URL.
+func withHosts(u string, hosts ...string) string {
+	pu, _ := url.Parse(u)
+	pu.Host = strings.Join(hosts, ",")
+	q := pu.Query()
+	q.Set("target_session_attrs", "read-write")
+	pu.RawQuery = q.Encode()
+	return pu.String()
+}
+
+// blackholeDB cuts gateway g off from PostgreSQL (every server) or lets it back.
+func (g *gatewayProc) blackholeDB(on bool) {
+	g.pgProxy.Blackhole(on)
+	if g.pgProxyB != nil {
+		g.pgProxyB.Blackhole(on)
+	}
 }
 
 func (s *campaignStack) startSeaweed(ctx context.Context) error {
@@ -215,6 +332,9 @@ func (s *campaignStack) serveConfig(logPath, dbURL, storeURL string) stack.Serve
 
 // gatewayDB is the campaign database reached through gateway g's own proxy.
 func (s *campaignStack) gatewayDB(g *gatewayProc) string {
+	if g.pgProxyB != nil {
+		return withHosts(s.adminDB, g.pgProxy.Addr(), g.pgProxyB.Addr())
+	}
 	u, _ := url.Parse(s.adminDB)
 	u.Host = g.pgProxy.Addr()
 	return u.String()
@@ -298,6 +418,9 @@ func (s *campaignStack) stop() {
 			p.Stop()
 		}
 		g.pgProxy.Close()
+		if g.pgProxyB != nil {
+			g.pgProxyB.Close()
+		}
 		g.storeHTTP.Close()
 	}
 	if s.storeTCP != nil {
@@ -308,6 +431,7 @@ func (s *campaignStack) stop() {
 	s.swMu.Unlock()
 	s.pgMu.Lock()
 	s.pg.Stop()
+	s.standby.Stop()
 	s.pgMu.Unlock()
 }
 

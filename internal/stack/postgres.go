@@ -83,8 +83,10 @@ host    replication     all             ::1/128                 scram-sha-256
 // a free loopback port (or port, if non-zero). durable=false turns fsync off, for
 // throwaway test clusters. The password is generated with the cluster and kept in
 // PostgresPasswordFile(dir); a cluster of an older version, which trusted every
-// local connection, gets one at its next start.
-func StartPostgres(ctx context.Context, dir string, port int, durable bool) (*Postgres, error) {
+// local connection, gets one at its next start. settings ("name=value") are
+// passed as -c after fencegate's own, so they win (the cluster stack's
+// replication settings).
+func StartPostgres(ctx context.Context, dir string, port int, durable bool, settings ...string) (*Postgres, error) {
 	initdb, err := postgresBin("initdb")
 	if err != nil {
 		return nil, err
@@ -147,6 +149,9 @@ func StartPostgres(ctx context.Context, dir string, port int, durable bool) (*Po
 		"-c", "max_connections=300", "-c", "shared_buffers=128MB"}
 	if !durable {
 		args = append(args, "-c", "fsync=off", "-c", "synchronous_commit=off", "-c", "full_page_writes=off")
+	}
+	for _, kv := range settings {
+		args = append(args, "-c", kv)
 	}
 	p, err := startProc("postgres", filepath.Join(dir, "server.log"), cred, os.Environ(), postgres, args...)
 	if err != nil {
