@@ -255,13 +255,6 @@ func (u *upstream) setBody(body []byte) {
 // stalled or ended early aborted the upstream request before its end: that
 // error is the client's answer.
 func (s *Server) roundTrip(ctx *fasthttp.RequestCtx, r *request, u *upstream) (*http.Response, *apiError) {
-	if e := s.bindReservation(r, u); e != nil {
-		// Nothing sent: a spooled body is closed by finish.
-		if u.guard != nil {
-			ctx.SetConnectionClose()
-		}
-		return nil, e
-	}
 	var resp *http.Response
 	var err error
 	u.unsent = nil // the store client closes the body from here, on every path

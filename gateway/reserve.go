@@ -123,9 +123,9 @@ func reservationInQuery(query string) string {
 }
 
 // bindReservation is the write path's one hook for reservations
-// (forward.go, roundTrip): before a PutObject under a reservation sends a
-// byte to the store, its attempt is bound to the reservation, which must
-// still be live; the commit then publishes it only as that reservation's
+// (PutObject's prepare, write.go): before a PutObject under a reservation
+// sends a byte to the store, its attempt is bound to the reservation, which
+// must still be live (a refusal sends nothing: the attempt ends failed); the commit then publishes it only as that reservation's
 // one publication (meta/migrations/0012_reservations.sql). The parameter is
 // not sent to the store.
 func (s *Server) bindReservation(r *request, u *upstream) *apiError {
@@ -139,12 +139,16 @@ func (s *Server) bindReservation(r *request, u *upstream) *apiError {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	ok, err := s.reservations.Bind(ctx, r.reservation, attempt, r.bucket, r.key)
+	refused := errReservationEnded
 	if err != nil {
 		s.deps.Log.Warn("binding a write to its reservation failed", "request_id", r.id, "err", errors.Unwrap(err))
-		return errReservationUnchecked
+		refused = errReservationUnchecked
 	}
-	if !ok {
-		return errReservationEnded
+	if err != nil || !ok {
+		if u.guard != nil {
+			return withClose(refused) // the streamed body is still on the wire, unread
+		}
+		return refused
 	}
 	if q := u.req.URL.RawQuery; strings.Contains(q, reservationParam) {
 		u.req.URL.RawQuery = withoutParam(q, reservationParam)

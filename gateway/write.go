@@ -228,7 +228,7 @@ func (s *Server) putObject(ctx *fasthttp.RequestCtx, r *request) *apiError {
 			ClientConditional: hasClientCondition(r), OtherCondition: hasConditionBesideFence(r)},
 		prepare: func(u *upstream, id string) *apiError {
 			u.req.Header.Set(store.AttemptHeader, id)
-			return nil
+			return s.bindReservation(r, u)
 		},
 		acknowledge: func(resp *http.Response) (lease.Landed, *apiError) {
 			return lease.Landed{ETag: store.TrimETag(resp.Header.Get("ETag")), Size: r.bytesIn}, nil
