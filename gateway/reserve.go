@@ -70,12 +70,17 @@ func (s *Server) admitReservation(r *request, query string, declared int64) (id 
 		return "", nil
 	}
 	id = reservationInQuery(query)
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	if id == "" && (!r.op.Publishes && r.op.Name != "CreateMultipartUpload" || r.op.Name == "DeleteObject") {
+		return "", nil
+	}
+	if err := s.leases.Writable(); err != nil {
+		// No write can take its lease: refuse now, not after a lookup
+		// that waits on a database this gateway cannot reach.
+		return "", errNoSession
+	}
+	ctx, cancel := s.dbctx()
 	defer cancel()
 	if id == "" {
-		if !r.op.Publishes && r.op.Name != "CreateMultipartUpload" || r.op.Name == "DeleteObject" {
-			return "", nil
-		}
 		reserved, err := rs.Reserved(ctx, r.bucket, r.key)
 		if err != nil {
 			s.deps.Log.Warn("reservation check failed", "request_id", r.id, "err", err)

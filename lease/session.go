@@ -106,6 +106,15 @@ func (m *Manager) SessionID() string {
 	return m.sess.id
 }
 
+// Writable is ErrNoSession while the gateway's session is down (no lease
+// can be taken: every write is refused), nil otherwise. Checks that would
+// reach the database before a write's lease (a reservation's) ask it
+// first, so a gateway cut off from PostgreSQL refuses at once.
+func (m *Manager) Writable() error {
+	_, _, err := m.sess.current()
+	return err
+}
+
 // current is the session a new lease is taken under, and its epoch.
 func (s *session) current() (string, uint64, error) {
 	if s == nil {
