@@ -5,17 +5,20 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/jackc/pgx/v5"
 
+	"github.com/fencegate/fencegate/internal/console"
 	"github.com/fencegate/fencegate/internal/faultproxy"
 	"github.com/fencegate/fencegate/internal/stack"
 	"github.com/fencegate/fencegate/internal/testenv"
@@ -78,7 +81,8 @@ func TestConsoleBucketAndKeyInBrowser(t *testing.T) {
 	g, err := stack.StartFencegate(ctx, stack.ServeConfig{
 		Bin: fencegateBinary(t), DatabaseURL: dbURL, ServerKey: serverKey, Store: fep,
 		LogLevel: "warn", LogPath: filepath.Join(t.TempDir(), "gateway.log"),
-		Env: []string{"FENCEGATE_ADMIN_TOKEN=" + token, "FENCEGATE_RECONCILE_INTERVAL=1h"},
+		Env: []string{"FENCEGATE_ADMIN_TOKEN=" + token, "FENCEGATE_RECONCILE_INTERVAL=1h",
+			"FENCEGATE_CONSOLE_SAMPLE_INTERVAL=200ms"},
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -164,7 +168,7 @@ func TestConsoleBucketAndKeyInBrowser(t *testing.T) {
 
 	bucketPage := g.Admin + "/console/buckets/" + bucket
 	keyPage := g.Admin + "/console/keys/" + bucket + "/dir/history%20key"
-	for _, u := range []string{g.Admin + "/console/buckets/", bucketPage, bucketPage + ".json", keyPage, keyPage + "?format=json"} {
+	for _, u := range []string{g.Admin + "/console/buckets/", g.Admin + "/console/charts", g.Admin + "/console/charts.json", bucketPage, bucketPage + ".json", keyPage, keyPage + "?format=json"} {
 		if st := getConsoleJSON(t, u, "", nil); st != 401 {
 			t.Fatalf("GET %s without the token: %d, want 401", u, st)
 		}
@@ -221,4 +225,64 @@ func TestConsoleBucketAndKeyInBrowser(t *testing.T) {
 		len(kh.Generations[1].Attempts) != 1 || kh.Generations[1].Attempts[0].State != "committed" {
 		t.Fatalf("the key's history as JSON: %+v", kh)
 	}
+
+	// The charts: the last sample's totals are the gateway's own counters
+	// (its /metrics) for the workload, which is over.
+	req, _ := http.NewRequest("GET", g.Admin+"/metrics", nil)
+	req.Header.Set("Authorization", "Bearer "+token)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	text, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	counters := map[string]string{
+		"writes":      fmt.Sprint(metricSum(string(text), "fencegate_commits_total", "")),
+		"lease_waits": fmt.Sprint(metricSum(string(text), "fencegate_leases_waited_total", "")),
+		"refusals": fmt.Sprint(metricSum(string(text), "fencegate_leases_refused_total", "") +
+			metricSum(string(text), "fencegate_connections_refused_total", "") + metricSum(string(text), "fencegate_body_memory_refused_total", "")),
+		"5xx": fmt.Sprint(metricSum(string(text), "fencegate_requests_total", `status="5`)),
+	}
+	if counters["writes"] != "4" || counters["5xx"] == "0" {
+		t.Fatalf("the gateway's counters do not show the workload: %v", counters)
+	}
+	totals := func(ch console.Charts) map[string]string {
+		m := map[string]string{}
+		for _, c := range ch.Charts {
+			m[c.Name] = fmt.Sprint(c.Total)
+		}
+		return m
+	}
+	var ch console.Charts
+	waitFor(t, "the charts to sample the workload", 10*time.Second, func() bool {
+		ch = console.Charts{}
+		return getConsoleJSON(t, g.Admin+"/console/charts.json", token, &ch) == 200 && fmt.Sprint(totals(ch)) == fmt.Sprint(counters)
+	})
+	shown = cb.load(t, g.Admin+"/console/charts", "#charts", "console-charts.png")
+	if fmt.Sprint(shown) != fmt.Sprint(counters) {
+		t.Fatalf("the charts show %v; the gateway's /metrics %v", shown, counters)
+	}
+	if n := cb.eval(t, `({n: String(document.querySelectorAll('svg polyline').length)})`)["n"]; n != "4" {
+		t.Fatalf("the charts page draws %s lines, want 4", n)
+	}
+}
+
+// metricSum adds the samples of a counter in Prometheus' text format whose
+// labels contain label (all if empty).
+func metricSum(text, name, label string) float64 {
+	var n float64
+	for _, line := range strings.Split(text, "\n") {
+		rest, ok := strings.CutPrefix(line, name)
+		if !ok || (rest != "" && rest[0] != ' ' && rest[0] != '{') || (label != "" && !strings.Contains(rest, label)) {
+			continue
+		}
+		var v float64
+		if _, err := fmt.Sscan(rest[strings.LastIndexByte(rest, ' ')+1:], &v); err == nil {
+			n += v
+		}
+	}
+	return n
 }

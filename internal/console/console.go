@@ -23,6 +23,8 @@ type Console struct {
 	Catalog            *meta.Catalog
 	UploadIdle         time.Duration
 	UploadCreateSettle time.Duration
+	// Samples feeds the charts page: this gateway's own counters.
+	Samples *Sampler
 }
 
 // Overview is the overview page's figures: the gateways' sessions and
@@ -75,6 +77,7 @@ var (
 	bucketsPage  = page("buckets.html")
 	bucketPage   = page("bucket.html")
 	keyPage      = page("key.html")
+	chartsPage   = page("charts.html")
 )
 
 func page(name string) *template.Template {
@@ -90,7 +93,8 @@ func age(seconds float64) string {
 
 // Handler serves /console/ (the overview), /console/buckets/ (the bucket
 // list), /console/buckets/NAME (a bucket), /console/keys/BUCKET/KEY (a key's
-// history), each with its JSON form. The caller guards it (the admin
+// history), /console/charts (this gateway's last hour), each with its JSON
+// form. The caller guards it (the admin
 // listener's token).
 func (c *Console) Handler() http.Handler {
 	mux := http.NewServeMux()
@@ -122,6 +126,8 @@ func (c *Console) Handler() http.Handler {
 	mux.HandleFunc("GET /console/buckets.json", func(w http.ResponseWriter, r *http.Request) { c.buckets(w, r, true) })
 	mux.HandleFunc("GET /console/buckets/{name}", c.bucket)
 	mux.HandleFunc("GET /console/keys/{bucket}/{key...}", c.key)
+	mux.HandleFunc("GET /console/charts", func(w http.ResponseWriter, r *http.Request) { c.charts(w, r, wantsJSON(r)) })
+	mux.HandleFunc("GET /console/charts.json", func(w http.ResponseWriter, r *http.Request) { c.charts(w, r, true) })
 	mux.HandleFunc("GET /console/overview.json", func(w http.ResponseWriter, r *http.Request) {
 		s, err := c.Overview(r.Context())
 		if err != nil {

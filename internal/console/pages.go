@@ -122,3 +122,16 @@ func (c *Console) key(w http.ResponseWriter, r *http.Request) {
 	}
 	renderHTML(w, keyPage, map[string]any{"H": h})
 }
+
+func (c *Console) charts(w http.ResponseWriter, r *http.Request, asJSON bool) {
+	if c.Samples == nil {
+		http.Error(w, "this console keeps no samples", http.StatusNotFound)
+		return
+	}
+	ch := c.Samples.Charts(time.Now())
+	if asJSON {
+		renderJSON(w, ch)
+		return
+	}
+	renderHTML(w, chartsPage, map[string]any{"C": ch})
+}
