@@ -86,20 +86,20 @@ func NewSampler(interval time.Duration) *Sampler {
 
 // Run samples g at once and then every interval until ctx ends.
 func (s *Sampler) Run(ctx context.Context, g prometheus.Gatherer) {
-	s.take(g)
+	s.take(g, time.Now())
 	t := time.NewTicker(s.interval)
 	defer t.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return
-		case <-t.C:
-			s.take(g)
+		case now := <-t.C:
+			s.take(g, now)
 		}
 	}
 }
 
-func (s *Sampler) take(g prometheus.Gatherer) {
+func (s *Sampler) take(g prometheus.Gatherer, now time.Time) {
 	fams, err := g.Gather()
 	if err != nil && len(fams) == 0 {
 		return
@@ -108,7 +108,7 @@ func (s *Sampler) take(g prometheus.Gatherer) {
 	for _, f := range fams {
 		byName[f.GetName()] = f
 	}
-	smp := sample{at: time.Now(), values: make([]float64, len(chartSeries))}
+	smp := sample{at: now, values: make([]float64, len(chartSeries))}
 	for i, c := range chartSeries {
 		smp.values[i] = c.count(byName)
 	}
