@@ -10,8 +10,7 @@ import (
 
 // The ring keeps the window's samples oldest first across its wrap, the
 // rates are per second between samples, the totals are the growth within
-// the window, and the
-// SVG draws one line per chart.
+// the window, and the SVG draws one line per chart.
 func TestSamplerWindowAndRates(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	commits := prometheus.NewCounter(prometheus.CounterOpts{Name: "fencegate_commits_total"})
