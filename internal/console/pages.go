@@ -18,7 +18,8 @@ const LatestGenerations = 50
 func since(t time.Time) string { return age(time.Since(t).Seconds()) }
 
 // bucketURL and keyURL are the console's addresses of a bucket and a key:
-// each path segment escaped, the key's slashes kept.
+// each path segment escaped, the key's slashes kept. (The gateway refuses
+// keys with an empty, "." or ".." segment, which a path is cleaned of.)
 func bucketURL(bucket string) string { return "/console/buckets/" + url.PathEscape(bucket) }
 
 func keyURL(bucket, key string) string {
