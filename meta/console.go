@@ -24,8 +24,9 @@ type BucketSummary struct {
 }
 
 // AuditCursor is where the incremental audit stands in a bucket: the store
-// listing's position in the current round, the rounds finished, the last
-// finished round's time, and the last failure. The catalog keeps no findings:
+// listing's position in the current round, the rounds finished, when it last
+// audited a page (PassedAt), when the next page may be audited (ClaimedUntil:
+// a claim or the rest after a page), and the last failure. The catalog keeps no findings:
 // what the audit found is repaired through the settle path and shows as
 // adopted or external generations.
 type AuditCursor struct {
@@ -55,8 +56,8 @@ type Generation struct {
 // BucketView is the console's bucket page.
 type BucketView struct {
 	BucketSummary
-	// Audit is nil when no audit cursor is kept for the bucket (the audit
-	// kind is not configured for it).
+	// Audit is nil until the audit kind first claims a bucket (it then
+	// keeps a cursor for every bucket).
 	Audit *AuditCursor `json:"audit"`
 	// Latest are the bucket's newest generations, newest first.
 	Latest []Generation `json:"latest_generations"`
