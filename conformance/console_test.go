@@ -148,72 +148,8 @@ func TestConsoleOverviewInBrowser(t *testing.T) {
 		t.Fatalf("the workload is not in the status: %v", before)
 	}
 
-	opts := append(chromedp.DefaultExecAllocatorOptions[:], chromedp.ExecPath(browser),
-		chromedp.NoSandbox, chromedp.Flag("disable-gpu", true), chromedp.WindowSize(1100, 900))
-	actx, cancel := chromedp.NewExecAllocator(context.Background(), opts...)
-	defer cancel()
-	bctx, cancel := chromedp.NewContext(actx)
-	defer cancel()
-	// The first call starts the browser: no timeout on it (chromedp.Run).
-	if err := chromedp.Do(bctx); err != nil {
-		t.Fatalf("chromium: %v", err)
-	}
-	var mu sync.Mutex
-	var problems []string
-	if err := chromedp.Listen(bctx, func(ev any) {
-		mu.Lock()
-		defer mu.Unlock()
-		switch ev := ev.(type) {
-		case *cdpruntime.EventExceptionThrown:
-			problems = append(problems, "exception: "+ev.ExceptionDetails.Text)
-		case *cdpruntime.EventConsoleAPICalled:
-			if ev.Type == cdpruntime.ConsoleAPICalledTypeError || ev.Type == cdpruntime.ConsoleAPICalledTypeWarning {
-				problems = append(problems, "console."+string(ev.Type))
-			}
-		case *cdplog.EventEntryAdded:
-			if ev.Entry.Level == cdplog.EntryLevelError || ev.Entry.Level == cdplog.EntryLevelWarning {
-				problems = append(problems, "log: "+ev.Entry.Text)
-			}
-		}
-	}); err != nil {
-		t.Fatal(err)
-	}
-	tctx, tcancel := context.WithTimeout(bctx, 90*time.Second)
-	defer tcancel()
-	if _, err := chromedp.Call(tctx, network.Enable, network.EnableParams{}); err != nil {
-		t.Fatalf("chromium: %v", err)
-	}
-	if _, err := chromedp.Call(tctx, network.SetExtraHTTPHeaders, network.SetExtraHTTPHeadersParams{Headers: network.Headers{"Authorization": basicAuth(token)}}); err != nil {
-		t.Fatalf("chromium: %v", err)
-	}
-	nctx, ncancel := context.WithTimeout(tctx, 20*time.Second)
-	nav, err := chromedp.Run(nctx, chromedp.NavigateResponse(overview))
-	ncancel()
-	if err != nil {
-		t.Fatalf("chromium: the overview did not load: %v", err)
-	}
-	if nav.Status != 200 {
-		t.Fatalf("chromium: the overview answered %d", nav.Status)
-	}
-	if err := chromedp.Do(tctx, chromedp.WaitVisible("#overview")); err != nil {
-		t.Fatalf("chromium: the overview did not show: %v", err)
-	}
-	shown, err := chromedp.Run(tctx, chromedp.Evaluate[map[string]string](
-		`Object.fromEntries([...document.querySelectorAll('[data-figure]')].map(e => [e.dataset.figure, e.textContent.trim()]))`))
-	if err != nil {
-		t.Fatalf("chromium: %v", err)
-	}
-	shot, err := chromedp.Run(tctx, chromedp.FullScreenshot(100)) // quality 100: a PNG
-	if err != nil {
-		t.Fatalf("chromium: screenshot: %v", err)
-	}
-	shotDir := os.Getenv("FENCEGATE_BROWSER_SCREENSHOTS")
-	if shotDir == "" {
-		shotDir = t.TempDir()
-	}
-	if err := os.WriteFile(filepath.Join(shotDir, "console-overview.png"), shot, 0o644); err != nil {
-		t.Fatal(err)
-	}
+	cb := newConsoleBrowser(t, browser, token)
+	shown := cb.load(t, overview, "#overview", "console-overview.png")
 	after := overviewFigures(statusJSON())
 	if fmt.Sprint(before) != fmt.Sprint(after) {
 		t.Fatalf("the figures moved while the page loaded: %v, then %v", before, after)
@@ -221,12 +157,6 @@ func TestConsoleOverviewInBrowser(t *testing.T) {
 	if fmt.Sprint(shown) != fmt.Sprint(after) {
 		t.Fatalf("the overview shows %v; fencegate status --json says %v", shown, after)
 	}
-	mu.Lock()
-	defer mu.Unlock()
-	if len(problems) > 0 {
-		t.Fatalf("the overview page logged: %v", problems)
-	}
-
 	// Its JSON form is status --json's.
 	req, _ := http.NewRequest("GET", overview+"overview.json", nil)
 	req.Header.Set("Authorization", "Bearer "+token)
@@ -242,6 +172,105 @@ func TestConsoleOverviewInBrowser(t *testing.T) {
 	if got := overviewFigures(s); fmt.Sprint(got) != fmt.Sprint(after) {
 		t.Fatalf("overview.json says %v; fencegate status --json %v", got, after)
 	}
+}
+
+// consoleBrowser is Debian's chromium sending the admin token with each
+// request, noting what the pages log.
+type consoleBrowser struct {
+	ctx      context.Context
+	mu       sync.Mutex
+	problems []string
+}
+
+func newConsoleBrowser(t *testing.T, browser, token string) *consoleBrowser {
+	t.Helper()
+	opts := append(chromedp.DefaultExecAllocatorOptions[:], chromedp.ExecPath(browser),
+		chromedp.NoSandbox, chromedp.Flag("disable-gpu", true), chromedp.WindowSize(1100, 900))
+	actx, cancel := chromedp.NewExecAllocator(context.Background(), opts...)
+	t.Cleanup(cancel)
+	bctx, cancel := chromedp.NewContext(actx)
+	t.Cleanup(cancel)
+	// The first call starts the browser: no timeout on it (chromedp.Run).
+	if err := chromedp.Do(bctx); err != nil {
+		t.Fatalf("chromium: %v", err)
+	}
+	cb := &consoleBrowser{}
+	if err := chromedp.Listen(bctx, func(ev any) {
+		cb.mu.Lock()
+		defer cb.mu.Unlock()
+		switch ev := ev.(type) {
+		case *cdpruntime.EventExceptionThrown:
+			cb.problems = append(cb.problems, "exception: "+ev.ExceptionDetails.Text)
+		case *cdpruntime.EventConsoleAPICalled:
+			if ev.Type == cdpruntime.ConsoleAPICalledTypeError || ev.Type == cdpruntime.ConsoleAPICalledTypeWarning {
+				cb.problems = append(cb.problems, "console."+string(ev.Type))
+			}
+		case *cdplog.EventEntryAdded:
+			if ev.Entry.Level == cdplog.EntryLevelError || ev.Entry.Level == cdplog.EntryLevelWarning {
+				cb.problems = append(cb.problems, "log: "+ev.Entry.Text)
+			}
+		}
+	}); err != nil {
+		t.Fatal(err)
+	}
+	tctx, tcancel := context.WithTimeout(bctx, 3*time.Minute)
+	t.Cleanup(tcancel)
+	if _, err := chromedp.Call(tctx, network.Enable, network.EnableParams{}); err != nil {
+		t.Fatalf("chromium: %v", err)
+	}
+	if _, err := chromedp.Call(tctx, network.SetExtraHTTPHeaders, network.SetExtraHTTPHeadersParams{Headers: network.Headers{"Authorization": basicAuth(token)}}); err != nil {
+		t.Fatalf("chromium: %v", err)
+	}
+	cb.ctx = tctx
+	return cb
+}
+
+// load opens url, waits for the element ready, fails the test if the page
+// logged an error or a warning, saves a full-page screenshot as shotName
+// (under $FENCEGATE_BROWSER_SCREENSHOTS, else a temporary directory) and
+// returns the page's data-figure attributes and their text.
+func (cb *consoleBrowser) load(t *testing.T, url, ready, shotName string) map[string]string {
+	t.Helper()
+	nctx, ncancel := context.WithTimeout(cb.ctx, 20*time.Second)
+	nav, err := chromedp.Run(nctx, chromedp.NavigateResponse(url))
+	ncancel()
+	if err != nil {
+		t.Fatalf("chromium: %s did not load: %v", url, err)
+	}
+	if nav.Status != 200 {
+		t.Fatalf("chromium: %s answered %d", url, nav.Status)
+	}
+	if err := chromedp.Do(cb.ctx, chromedp.WaitVisible(ready)); err != nil {
+		t.Fatalf("chromium: %s did not show %s: %v", url, ready, err)
+	}
+	shown := cb.eval(t, `Object.fromEntries([...document.querySelectorAll('[data-figure]')].map(e => [e.dataset.figure, e.textContent.trim()]))`)
+	shot, err := chromedp.Run(cb.ctx, chromedp.FullScreenshot(100)) // quality 100: a PNG
+	if err != nil {
+		t.Fatalf("chromium: screenshot: %v", err)
+	}
+	shotDir := os.Getenv("FENCEGATE_BROWSER_SCREENSHOTS")
+	if shotDir == "" {
+		shotDir = t.TempDir()
+	}
+	if err := os.WriteFile(filepath.Join(shotDir, shotName), shot, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cb.mu.Lock()
+	defer cb.mu.Unlock()
+	if len(cb.problems) > 0 {
+		t.Fatalf("%s logged: %v", url, cb.problems)
+	}
+	return shown
+}
+
+// eval evaluates a script returning an object of strings in the page.
+func (cb *consoleBrowser) eval(t *testing.T, script string) map[string]string {
+	t.Helper()
+	v, err := chromedp.Run(cb.ctx, chromedp.Evaluate[map[string]string](script))
+	if err != nil {
+		t.Fatalf("chromium: %v", err)
+	}
+	return v
 }
 
 func basicAuth(password string) string {

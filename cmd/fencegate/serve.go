@@ -33,6 +33,7 @@ type serveConfig struct {
 	CORSOrigins    string
 	SigV2          bool
 	TrustedProxies string
+	ConsoleSample  time.Duration
 	LogLevel       string
 	Migrate        bool
 	DBMaxConns     int
@@ -71,6 +72,7 @@ func (c *serveConfig) define(f envFlags) {
 	f.String(&c.Listen, "listen", "FENCEGATE_LISTEN", "127.0.0.1:9000", "S3 API listen address")
 	f.String(&c.AdminListen, "admin-listen", "FENCEGATE_ADMIN_LISTEN", "127.0.0.1:9001", "admin listen address: /healthz, /readyz, /metrics (empty disables)")
 	f.String(&c.AdminToken, "admin-token", "FENCEGATE_ADMIN_TOKEN", "", "when set, /readyz and /metrics require the header \"Authorization: Bearer TOKEN\" (/healthz stays open)")
+	f.Duration(&c.ConsoleSample, "console-sample-interval", "FENCEGATE_CONSOLE_SAMPLE_INTERVAL", 10*time.Second, "how often the console's charts sample this gateway's counters (an hour of samples is kept in memory)")
 	f.String(&c.TLSCert, "tls-cert", "FENCEGATE_TLS_CERT", "", "PEM certificate: serve the S3 API over HTTPS")
 	f.String(&c.TLSKey, "tls-key", "FENCEGATE_TLS_KEY", "", "PEM private key for --tls-cert")
 	f.Duration(&c.ShutdownGrace, "shutdown-grace", "FENCEGATE_SHUTDOWN_GRACE", 30*time.Second, "how long in-flight requests may finish after SIGTERM")
@@ -178,7 +180,7 @@ func (c *serveConfig) validate() error {
 	for _, d := range []struct {
 		flag string
 		v    time.Duration
-	}{{"--lease-poll-listening", c.Lease.WaitPollListening}, {"--reconcile-interval", c.Reconcile}} {
+	}{{"--lease-poll-listening", c.Lease.WaitPollListening}, {"--reconcile-interval", c.Reconcile}, {"--console-sample-interval", c.ConsoleSample}} {
 		if d.v <= 0 {
 			return fmt.Errorf("%s must be a positive duration (got %v)", d.flag, d.v)
 		}
@@ -292,13 +294,14 @@ func runServe(ctx context.Context, cfg serveConfig, started func(s3Addr, adminAd
 		// for wake them at once; until ctx ends (shutdown).
 		go func() { _ = leases.ListenForReleases(ctx, catalog) }()
 	}
+	samples := console.NewSampler(cfg.ConsoleSample)
 	srv, err := gateway.New(ctx, gcfg, gateway.Deps{
 		Log:     log,
 		Leases:  leases,
 		Buckets: wiring.Buckets{Catalog: catalog},
 		Keys:    wiring.KeySource{Keys: &meta.Keys{Pool: pool, Sealer: sealer}},
 		Console: (&console.Console{Catalog: &meta.Catalog{Pool: pool},
-			UploadIdle: cfg.Lifecycle.UploadIdle, UploadCreateSettle: cfg.Lifecycle.UploadCreateSettle}).Handler(),
+			UploadIdle: cfg.Lifecycle.UploadIdle, UploadCreateSettle: cfg.Lifecycle.UploadCreateSettle, Samples: samples}).Handler(),
 		// Buckets' notification configurations; the events are delivered by
 		// the notify service below.
 		Notifications: wiring.Notifications{Targets: &meta.Targets{Pool: pool}},
@@ -316,6 +319,8 @@ func runServe(ctx context.Context, cfg serveConfig, started func(s3Addr, adminAd
 	if err != nil {
 		return err
 	}
+	// The charts' samples of this gateway's own counters, until shutdown.
+	go samples.Run(ctx, srv.Registry())
 	if err := probeStore(ctx, srv, cfg, log); err != nil {
 		return err
 	}

@@ -23,6 +23,8 @@ type Console struct {
 	Catalog            *meta.Catalog
 	UploadIdle         time.Duration
 	UploadCreateSettle time.Duration
+	// Samples feeds the charts page: this gateway's own counters.
+	Samples *Sampler
 }
 
 // Overview is the overview page's figures: the gateways' sessions and
@@ -40,12 +42,12 @@ func WriteJSON(w io.Writer, v any) error {
 	return enc.Encode(v)
 }
 
-//go:embed overview.html
+//go:embed *.html
 var pages embed.FS
 
-var overviewPage = template.Must(template.New("overview.html").Funcs(template.FuncMap{
+var funcs = template.FuncMap{
 	"age":   age,
-	"since": func(t time.Time) string { return age(time.Since(t).Seconds()) },
+	"since": since,
 	"live": func(ls []meta.SessionLease) int {
 		n := 0
 		for _, l := range ls {
@@ -64,7 +66,23 @@ var overviewPage = template.Must(template.New("overview.html").Funcs(template.Fu
 		}
 		return "alive"
 	},
-}).ParseFS(pages, "overview.html"))
+	"bucketURL": bucketURL,
+	"keyURL":    keyURL,
+	"bytes":     humanBytes,
+	"deref":     func(p *int64) int64 { return *p },
+}
+
+var (
+	overviewPage = page("overview.html")
+	bucketsPage  = page("buckets.html")
+	bucketPage   = page("bucket.html")
+	keyPage      = page("key.html")
+	chartsPage   = page("charts.html")
+)
+
+func page(name string) *template.Template {
+	return template.Must(template.New(name).Funcs(funcs).ParseFS(pages, name, "style.html"))
+}
 
 func age(seconds float64) string {
 	if seconds <= 0 {
@@ -73,8 +91,11 @@ func age(seconds float64) string {
 	return (time.Duration(seconds) * time.Second).String()
 }
 
-// Handler serves /console/ (the overview) and /console/overview.json. The
-// caller guards it (the admin listener's token).
+// Handler serves /console/ (the overview), /console/buckets/ (the bucket
+// list), /console/buckets/NAME (a bucket), /console/keys/BUCKET/KEY (a key's
+// history), /console/charts (this gateway's last hour), each with its JSON
+// form. The caller guards it (the admin
+// listener's token).
 func (c *Console) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /console/{$}", func(w http.ResponseWriter, r *http.Request) {
@@ -101,6 +122,12 @@ func (c *Console) Handler() http.Handler {
 		w.Header().Set("Cache-Control", "no-store")
 		_ = overviewPage.Execute(w, map[string]any{"S": s, "Held": held, "Backlog": backlog, "Now": time.Now().UTC().Format(time.RFC3339)})
 	})
+	mux.HandleFunc("GET /console/buckets/{$}", func(w http.ResponseWriter, r *http.Request) { c.buckets(w, r, wantsJSON(r)) })
+	mux.HandleFunc("GET /console/buckets.json", func(w http.ResponseWriter, r *http.Request) { c.buckets(w, r, true) })
+	mux.HandleFunc("GET /console/buckets/{name}", c.bucket)
+	mux.HandleFunc("GET /console/keys/{bucket}/{key...}", c.key)
+	mux.HandleFunc("GET /console/charts", func(w http.ResponseWriter, r *http.Request) { c.charts(w, r, wantsJSON(r)) })
+	mux.HandleFunc("GET /console/charts.json", func(w http.ResponseWriter, r *http.Request) { c.charts(w, r, true) })
 	mux.HandleFunc("GET /console/overview.json", func(w http.ResponseWriter, r *http.Request) {
 		s, err := c.Overview(r.Context())
 		if err != nil {
