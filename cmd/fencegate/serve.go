@@ -292,6 +292,7 @@ func runServe(ctx context.Context, cfg serveConfig, started func(s3Addr, adminAd
 		// for wake them at once; until ctx ends (shutdown).
 		go func() { _ = leases.ListenForReleases(ctx, catalog) }()
 	}
+	reservationChecks := &wiring.Reservations{Store: &meta.Reservations{Pool: pool}, Leases: leases}
 	srv, err := gateway.New(ctx, gcfg, gateway.Deps{
 		Log:     log,
 		Leases:  leases,
@@ -302,7 +303,7 @@ func runServe(ctx context.Context, cfg serveConfig, started func(s3Addr, adminAd
 		// Buckets' notification configurations; the events are delivered by
 		// the notify service below.
 		Notifications: wiring.Notifications{Targets: &meta.Targets{Pool: pool}},
-		Reservations:  &wiring.Reservations{Store: &meta.Reservations{Pool: pool}},
+		Reservations:  reservationChecks,
 		Readiness: []gateway.Check{
 			{Name: "postgres", Run: func(ctx context.Context) error { return pool.Ping(ctx) }},
 			{Name: "session", Run: func(context.Context) error {
@@ -316,6 +317,7 @@ func runServe(ctx context.Context, cfg serveConfig, started func(s3Addr, adminAd
 	if err != nil {
 		return err
 	}
+	reservationChecks.Objects = srv.Store() // complete's HEAD, before the gateway serves
 	if err := probeStore(ctx, srv, cfg, log); err != nil {
 		return err
 	}

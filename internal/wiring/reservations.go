@@ -11,6 +11,7 @@ import (
 
 	"github.com/fencegate/fencegate/gateway"
 	"github.com/fencegate/fencegate/gateway/reservations"
+	"github.com/fencegate/fencegate/lease"
 	"github.com/fencegate/fencegate/meta"
 )
 
@@ -22,6 +23,11 @@ import (
 type Reservations struct {
 	Store            *meta.Reservations
 	LiveBucketsEvery time.Duration // default 1 s
+	// For complete (complete.go): the key is settled through Leases, its
+	// bytes read from Objects (the gateway's store client, set once the
+	// gateway is made).
+	Leases  *lease.Manager
+	Objects lease.Store
 
 	mu      sync.Mutex
 	readAt  time.Time
