@@ -852,6 +852,8 @@ CREATE INDEX reservation_attempts_reservation ON public.reservation_attempts USI
 
 CREATE INDEX reservations_bucket_key ON public.reservations USING btree (bucket, key, created_at);
 
+CREATE INDEX reservations_ended ON public.reservations USING btree (ended_at) WHERE (state <> 'reserved'::text);
+
 CREATE INDEX reservations_expiry ON public.reservations USING btree (expires_at) WHERE (state = 'reserved'::text);
 
 CREATE INDEX reservations_generation ON public.reservations USING btree (bucket, key, generation) WHERE (state = 'committed'::text);

@@ -125,3 +125,7 @@ BEGIN
     PERFORM fencegate_reservation_commit(p_id, v_cur.size, v_cur.etag, v_cur.generation);
     RETURN 'committed';
 END $$;
+
+-- Pruning (meta's Prune, the lifecycle service's prune kind) deletes ended
+-- reservations past the attempts' retention, oldest end first.
+CREATE INDEX reservations_ended ON reservations (ended_at) WHERE state <> 'reserved';
