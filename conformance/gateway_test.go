@@ -190,6 +190,7 @@ func startGateway(t *testing.T, o gatewayOptions) *testGateway {
 			t.Fatal(err)
 		}
 		svc.Signals = o.Signals
+		svc.Metrics = lease.NewLifecycleMetrics(srv.Registry())
 		svc.Start(ctx)
 	}
 	done := make(chan error, 1)

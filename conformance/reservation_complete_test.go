@@ -170,3 +170,50 @@ func TestReservationCompleteVersusSweeper(t *testing.T) {
 	}
 	t.Logf("%d of %d committed, the rest expired", committed, n)
 }
+
+// TestReservationMetrics: each move of a reservation is counted once on
+// /metrics: created through the API (an idempotent repeat not again),
+// committed by a PUT under it and by a complete, cancelled, expired by the
+// sweeper.
+func TestReservationMetrics(t *testing.T) {
+	k := newReservationKit(t, gatewayOptions{Reconcile: 100 * time.Millisecond,
+		Lifecycle: &lease.LifecycleConfig{Kinds: []string{lease.KindReservations}}})
+	ctx := context.Background()
+	c := k.client()
+	body := []byte("hello")
+	create := func(q reservations.CreateRequest) reservations.Reservation {
+		t.Helper()
+		q.Bucket = k.bucket
+		r, err := c.Create(ctx, q)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	put := create(reservations.CreateRequest{Key: "put", Size: ptr[int64](5), IdempotencyKey: "put"})
+	create(reservations.CreateRequest{Key: "put", Size: ptr[int64](5), IdempotencyKey: "put"})
+	if res := putURL(put.PutURL, body, nil); res.Status != 200 {
+		t.Fatalf("PUT: %d %s", res.Status, res.Code)
+	}
+	completed := create(reservations.CreateRequest{Key: "completed", Size: ptr[int64](5)})
+	k.putAround(t, "completed", body)
+	for range 2 {
+		if _, err := c.Complete(ctx, completed.ID); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := c.Cancel(ctx, create(reservations.CreateRequest{Key: "cancelled"}).ID); err != nil {
+		t.Fatal(err)
+	}
+	expired := create(reservations.CreateRequest{Key: "expired", Expires: "1s"})
+	waitFor(t, "the sweeper to expire the reservation", 10*time.Second, func() bool {
+		return k.state(t, expired.ID).State == meta.ReservationExpired
+	})
+	m := metricsOf(t, k.g.Admin)
+	for name, want := range map[string]float64{"fencegate_reservations_created_total": 4, "fencegate_reservations_committed_total": 2,
+		"fencegate_reservations_cancelled_total": 1, "fencegate_reservations_expired_total": 1} {
+		if m[name] != want {
+			t.Errorf("%s = %v, want %v", name, m[name], want)
+		}
+	}
+}

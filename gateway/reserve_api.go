@@ -17,7 +17,8 @@ import (
 // listener, under reservations.APIPath; internal/wiring fills it from meta.
 // Its errors are *reservations.APIError when they are the caller's.
 type ReservationAPI interface {
-	CreateReservation(ctx context.Context, accessKey string, q reservations.CreateRequest) (reservations.Reservation, error)
+	// CreateReservation's made is false for an idempotent repeat.
+	CreateReservation(ctx context.Context, accessKey string, q reservations.CreateRequest) (res reservations.Reservation, made bool, err error)
 	GetReservation(ctx context.Context, id string) (reservations.Reservation, error)
 	ListReservations(ctx context.Context, bucket string) ([]reservations.Reservation, error)
 	CancelReservation(ctx context.Context, id string) (reservations.Reservation, error)
@@ -90,9 +91,12 @@ func (s *Server) reservationRequest(ctx *fasthttp.RequestCtx, r *request) *apiEr
 		if !validBucketName(q.Bucket) || !r.akey.allowed(PermReserve, q.Bucket) {
 			return writeJSONError(ctx, reservations.ErrAccessDenied)
 		}
-		res, err := api.CreateReservation(dctx, r.akey.ID, q)
+		res, made, err := api.CreateReservation(dctx, r.akey.ID, q)
 		if err != nil {
 			return s.apiFailure(ctx, r, err)
+		}
+		if made {
+			s.metrics.reservationsCreated.Inc()
 		}
 		if err := reservations.PresignPut(&res, s.apiEndpoint(r), apiRegion(r), r.akey.Secret, time.Now()); err != nil {
 			return s.apiFailure(ctx, r, err)
@@ -115,13 +119,18 @@ func (s *Server) reservationRequest(ctx *fasthttp.RequestCtx, r *request) *apiEr
 			err = reservations.ErrNotFound // another key's: not told apart from none
 		}
 		if err == nil && r.op.Name == "CancelReservation" {
-			res, err = api.CancelReservation(dctx, r.key)
+			if res, err = api.CancelReservation(dctx, r.key); err == nil {
+				s.metrics.reservationsCancelled.Inc()
+			}
 		}
 		if err == nil && r.op.Name == "CompleteReservation" {
 			// Settling may wait for a writer holding the key.
 			cctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()
-			res, err = api.CompleteReservation(cctx, r.key)
+			before := res.State
+			if res, err = api.CompleteReservation(cctx, r.key); err == nil && before == reservations.Reserved {
+				s.metrics.reservationsCommitted.Inc()
+			}
 		}
 		if err != nil {
 			return s.apiFailure(ctx, r, err)

@@ -79,6 +79,9 @@ type Reservation struct {
 	Size        *int64          `json:"size,omitempty"`
 	ETag        string          `json:"etag,omitempty"`
 	Generation  *int64          `json:"generation,omitempty"`
+	// Made is true when Create made this reservation (false: an
+	// idempotent repeat returned the one made before).
+	Made bool `json:"-"`
 }
 
 // Reservations stores reservations and quotas.
@@ -148,9 +151,11 @@ func (s *Reservations) Create(ctx context.Context, q ReservationRequest) (Reserv
 	if len(q.Metadata) > 0 {
 		md = q.Metadata
 	}
+	id := newUUID()
 	row := s.Pool.QueryRow(ctx, `SELECT `+reservationColumns+` FROM fencegate_reserve($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13::interval)`,
-		newUUID(), q.Bucket, q.Key, q.AccessKeyID, account, q.ExactSize, q.MaxSize, sha, q.ContentType, md, idem, q.hash(), q.TTL.String())
+		id, q.Bucket, q.Key, q.AccessKeyID, account, q.ExactSize, q.MaxSize, sha, q.ContentType, md, idem, q.hash(), q.TTL.String())
 	r, err := scanReservation(row)
+	r.Made = err == nil && r.ID == id
 	return r, reservationError(err)
 }
 

@@ -147,13 +147,13 @@ func apiError(err error) error {
 }
 
 // CreateReservation serves the API's create.
-func (w *Reservations) CreateReservation(ctx context.Context, accessKey string, q reservations.CreateRequest) (reservations.Reservation, error) {
+func (w *Reservations) CreateReservation(ctx context.Context, accessKey string, q reservations.CreateRequest) (reservations.Reservation, bool, error) {
 	m, err := Request(accessKey, q)
 	if err != nil {
-		return reservations.Reservation{}, reservations.Invalid(err.Error())
+		return reservations.Reservation{}, false, reservations.Invalid(err.Error())
 	}
 	r, err := w.Store.Create(ctx, m)
-	return View(r), apiError(err)
+	return View(r), r.Made, apiError(err)
 }
 
 func (w *Reservations) GetReservation(ctx context.Context, id string) (reservations.Reservation, error) {
