@@ -3,7 +3,11 @@ package conformance
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
+	"os"
+	"os/exec"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -13,6 +17,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/s3/types"
 
 	"github.com/fencegate/fencegate/gateway/reservations"
+	"github.com/fencegate/fencegate/internal/testenv"
 	"github.com/fencegate/fencegate/lease"
 	"github.com/fencegate/fencegate/meta"
 )
@@ -215,5 +220,32 @@ func TestReservationMetrics(t *testing.T) {
 		if m[name] != want {
 			t.Errorf("%s = %v, want %v", name, m[name], want)
 		}
+	}
+}
+
+// TestReservationsCommandComplete: `fencegate reservations complete ID
+// --json` asks the gateway (FENCEGATE_ENDPOINT, signed with the
+// environment's key) and prints the committed reservation; before the
+// upload it exits non-zero and the reservation stays reserved.
+func TestReservationsCommandComplete(t *testing.T) {
+	k := newReservationKit(t, gatewayOptions{})
+	r := k.reserve(t, meta.ReservationRequest{Key: "cli", ExactSize: ptr[int64](5)})
+	run := func() ([]byte, error) {
+		cmd := exec.Command(fencegateBinary(t), "reservations", "complete", r.ID, "--json")
+		cmd.Env = append(os.Environ(), "FENCEGATE_ENDPOINT="+k.g.URL, "AWS_ACCESS_KEY_ID="+k.g.AccessKey,
+			"AWS_SECRET_ACCESS_KEY="+k.g.SecretKey, "DATABASE_URL="+testenv.DatabaseURL(t))
+		return cmd.CombinedOutput()
+	}
+	if out, err := run(); err == nil || !strings.Contains(string(out), "ReservationNotUploaded") {
+		t.Fatalf("complete before the upload: %v %s", err, out)
+	}
+	if st := k.state(t, r.ID).State; st != meta.ReservationReserved {
+		t.Fatalf("after a refused complete: %s", st)
+	}
+	k.putAround(t, "cli", []byte("hello"))
+	out, err := run()
+	var got reservations.Reservation
+	if err != nil || json.Unmarshal(out, &got) != nil || got.State != reservations.Committed || got.Size == nil || *got.Size != 5 {
+		t.Fatalf("complete: %v %s", err, out)
 	}
 }
