@@ -7,9 +7,7 @@ import (
 	"strings"
 
 	"github.com/fencegate/fencegate/gateway/reservations"
-	"github.com/fencegate/fencegate/lease"
 	"github.com/fencegate/fencegate/meta"
-	"github.com/fencegate/fencegate/store"
 )
 
 // CompleteReservation serves the API's complete (docs/RESERVATIONS.md): it
@@ -38,7 +36,7 @@ func (w *Reservations) CompleteReservation(ctx context.Context, id string) (rese
 	if err != nil {
 		return View(r), err
 	}
-	if e := verifyUpload(r, obj); e != nil {
+	if e := verifyUpload(r, obj.Exists, obj.Size, obj.Checksum); e != nil {
 		return View(r), e
 	}
 	if err := w.Leases.SettleKey(ctx, r.Bucket, r.Key, w.Objects, true); err != nil {
@@ -59,17 +57,19 @@ func (w *Reservations) CompleteReservation(ctx context.Context, id string) (rese
 var errUploadSize = &reservations.APIError{Status: http.StatusBadRequest, Code: "InvalidArgument",
 	Message: "The object's size does not match its reservation."}
 
-// verifyUpload checks what the store holds at a reservation's key against it.
-func verifyUpload(r meta.Reservation, obj store.Object) error {
+// verifyUpload checks what the store holds at a reservation's key (a HEAD's
+// answer: whether it exists, its size, its checksums as store.Object writes
+// them) against the reservation.
+func verifyUpload(r meta.Reservation, exists bool, size int64, checksums string) error {
 	switch {
-	case !obj.Exists:
+	case !exists:
 		return reservations.ErrNotUploaded
-	case r.MaxSize != nil && obj.Size > *r.MaxSize, r.ExactSize != nil && obj.Size > *r.ExactSize:
+	case r.MaxSize != nil && size > *r.MaxSize, r.ExactSize != nil && size > *r.ExactSize:
 		return &reservations.APIError{Status: http.StatusBadRequest, Code: "EntityTooLarge",
 			Message: "The object is larger than its reservation allows."}
-	case r.ExactSize != nil && obj.Size != *r.ExactSize:
+	case r.ExactSize != nil && size != *r.ExactSize:
 		return errUploadSize
-	case r.SHA256 != "" && !hasChecksum(obj.Checksum, store.ChecksumValue("x-amz-checksum-sha256", r.SHA256)):
+	case r.SHA256 != "" && !hasChecksum(checksums, "sha256:"+r.SHA256): // store.ChecksumValue's form
 		return &reservations.APIError{Status: http.StatusBadRequest, Code: "BadDigest",
 			Message: "The store reports no x-amz-checksum-sha256 for the object, or another than the reservation's."}
 	}
@@ -84,5 +84,3 @@ func hasChecksum(all, want string) bool {
 	}
 	return false
 }
-
-var _ lease.Store = (*store.Client)(nil)
