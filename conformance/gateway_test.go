@@ -164,18 +164,20 @@ func startGateway(t *testing.T, o gatewayOptions) *testGateway {
 		}
 		go func() { _ = leases.ListenForReleases(ctx, w) }()
 	}
+	reservationChecks := &wiring.Reservations{Store: &meta.Reservations{Pool: pool},
+		LiveBucketsEvery: time.Millisecond, Leases: leases}
 	srv, err := gateway.New(ctx, cfg, gateway.Deps{
 		Log:           slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: logLevel})),
 		Keys:          wiring.KeySource{Keys: keys},
 		Leases:        leases,
 		Buckets:       wiring.Buckets{Catalog: catalog},
 		Notifications: wiring.Notifications{Targets: &meta.Targets{Pool: pool}},
-		Reservations: &wiring.Reservations{Store: &meta.Reservations{Pool: pool},
-			LiveBucketsEvery: time.Millisecond},
+		Reservations:  reservationChecks,
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
+	reservationChecks.Objects = srv.Store()
 	var svc *lease.Service
 	if o.Reconcile > 0 {
 		lc := lease.LifecycleConfig{Kinds: []string{lease.KindUnresolved}}
@@ -188,6 +190,7 @@ func startGateway(t *testing.T, o gatewayOptions) *testGateway {
 			t.Fatal(err)
 		}
 		svc.Signals = o.Signals
+		svc.Metrics = lease.NewLifecycleMetrics(srv.Registry())
 		svc.Start(ctx)
 	}
 	done := make(chan error, 1)

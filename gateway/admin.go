@@ -29,6 +29,9 @@ type metrics struct {
 	spoolDisk      prometheus.Gauge
 	spoolFellBack  prometheus.Counter
 	spoolWaits     prometheus.Counter
+	// Reservations' moves this gateway made (the sweeper's expiries are
+	// lease's fencegate_reservations_expired_total).
+	reservationsCreated, reservationsCommitted, reservationsCancelled prometheus.Counter
 	// series are requests', latency's and the byte counters' children by op
 	// label and status (series.go).
 	series seriesCache
@@ -85,8 +88,18 @@ func newMetrics() *metrics {
 	m.spoolWaits = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "fencegate_spool_waits_total", Help: "Spooled writes that waited: a PutObject whose body was complete and whose key was leased, or a POST object file waiting for spool space.",
 	})
+	m.reservationsCreated = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "fencegate_reservations_created_total", Help: "Upload reservations created through this gateway's API (an idempotent repeat is not counted).",
+	})
+	m.reservationsCommitted = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "fencegate_reservations_committed_total", Help: "Upload reservations committed by this gateway: a PutObject under one, or a complete that committed it.",
+	})
+	m.reservationsCancelled = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "fencegate_reservations_cancelled_total", Help: "Upload reservations cancelled through this gateway's API.",
+	})
 	reg.MustRegister(m.requests, m.latency, m.bytesIn, m.bytesOut, m.upstreamErrors, m.splicedBytes,
-		m.connsOpen, m.connsRefused, m.bodyBytes, m.bodyRefused, m.spoolMemory, m.spoolDisk, m.spoolFellBack, m.spoolWaits)
+		m.connsOpen, m.connsRefused, m.bodyBytes, m.bodyRefused, m.spoolMemory, m.spoolDisk, m.spoolFellBack, m.spoolWaits,
+		m.reservationsCreated, m.reservationsCommitted, m.reservationsCancelled)
 	m.series.m = m
 	return m
 }

@@ -108,10 +108,10 @@ func (s *Server) admit(ctx *fasthttp.RequestCtx) (*request, *apiError) {
 	if !ok {
 		return r, errInvalidURI
 	}
-	apiID, api := "", false
+	apiID, apiSub, api := "", "", false
 	if s.reservations != nil && virtualHostBucket(stripPort(host), s.cfg.Domains) == "" {
 		// fencegate's own API, on a path no bucket can have (reserve_api.go).
-		if apiID, api = apiRoute(rawPath); api {
+		if apiID, apiSub, api = apiRoute(rawPath); api {
 			bucket, key = "", apiID
 		}
 	}
@@ -131,11 +131,7 @@ func (s *Server) admit(ctx *fasthttp.RequestCtx) (*request, *apiError) {
 	method := methodName(ctx.Method())
 	r.op = classifyArgs(method, bucket, key, ctx.QueryArgs(), copySource != "")
 	if api {
-		sub := apiCollection
-		if apiID != "" {
-			sub = apiItem
-		}
-		r.op = apiOp(method, sub)
+		r.op = apiOp(method, apiSub)
 	}
 	if r.op.FormAuthenticated {
 		// A browser form: authenticated and authorized by its signed policy, in the handler (postobject.go).

@@ -122,6 +122,7 @@ func buildOpTable() map[opKey]Op {
 	add(G, service, apiCollection, false, Op{Name: "ListReservations", Perm: PermAuthenticated, run: (*Server).reservationRequest})
 	add(G, service, apiItem, false, Op{Name: "GetReservation", Perm: PermAuthenticated, run: (*Server).reservationRequest})
 	add(D, service, apiItem, false, Op{Name: "CancelReservation", Perm: PermAuthenticated, run: (*Server).reservationRequest})
+	add(U, service, apiComplete, false, Op{Name: "CompleteReservation", Perm: PermAuthenticated, Body: BodySmall, run: (*Server).reservationRequest})
 
 	// Bucket. Creating and deleting one changes what the catalog knows.
 	add(P, bucket, "", false, Op{Name: "CreateBucket", Perm: PermAdmin, Body: BodySmall, run: (*Server).createBucket})

@@ -209,13 +209,10 @@ func TestEveryOperationIsServed(t *testing.T) {
 		"POST /_fencegate/reservations CreateReservation", "GET /_fencegate/reservations ListReservations",
 		"GET /_fencegate/reservations/0b2e2f8e-0000-4000-8000-000000000000 GetReservation",
 		"DELETE /_fencegate/reservations/0b2e2f8e-0000-4000-8000-000000000000 CancelReservation",
+		"POST /_fencegate/reservations/0b2e2f8e-0000-4000-8000-000000000000/complete CompleteReservation",
 	} {
 		f := strings.Fields(line)
-		id, ok := apiRoute(f[1])
-		sub := apiCollection
-		if id != "" {
-			sub = apiItem
-		}
+		_, sub, ok := apiRoute(f[1])
 		if o := apiOp(f[0], sub); !ok || o.Name != f[2] || o.run == nil {
 			t.Errorf("%q: routed %v, classified as %s", line, ok, o.Name)
 		}

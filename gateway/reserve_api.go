@@ -17,10 +17,15 @@ import (
 // listener, under reservations.APIPath; internal/wiring fills it from meta.
 // Its errors are *reservations.APIError when they are the caller's.
 type ReservationAPI interface {
-	CreateReservation(ctx context.Context, accessKey string, q reservations.CreateRequest) (reservations.Reservation, error)
+	// CreateReservation's made is false for an idempotent repeat.
+	CreateReservation(ctx context.Context, accessKey string, q reservations.CreateRequest) (res reservations.Reservation, made bool, err error)
 	GetReservation(ctx context.Context, id string) (reservations.Reservation, error)
 	ListReservations(ctx context.Context, bucket string) ([]reservations.Reservation, error)
 	CancelReservation(ctx context.Context, id string) (reservations.Reservation, error)
+	// CompleteReservation commits a live reservation on the bytes the store
+	// holds at its key, verified (internal/wiring's complete.go); a
+	// committed one is returned as it is.
+	CompleteReservation(ctx context.Context, id string) (reservations.Reservation, error)
 }
 
 // The API's rows of the op table are selected by these pseudo-subresources
@@ -29,21 +34,32 @@ type ReservationAPI interface {
 const (
 	apiCollection = "fencegate:reservations"
 	apiItem       = "fencegate:reservation"
+	apiComplete   = "fencegate:reservation-complete"
 )
 
 // apiRoute reports whether a path-style request path is the reservation
-// API's, and the reservation id it names ("" for the collection).
-func apiRoute(rawPath string) (id string, ok bool) {
+// API's, the reservation id it names ("" for the collection), and its row's
+// pseudo-subresource (apiCollection, apiItem, or apiComplete for ID/complete).
+func apiRoute(rawPath string) (id, sub string, ok bool) {
 	rest, ok := strings.CutPrefix(rawPath, reservations.APIPath)
 	switch {
 	case !ok:
-		return "", false
+		return "", "", false
 	case rest == "" || rest == "/":
-		return "", true
-	case rest[0] == '/' && !strings.Contains(rest[1:], "/"):
-		return rest[1:], true
+		return "", apiCollection, true
+	case rest[0] != '/':
+		return "", "", false
 	}
-	return "", false
+	id, action, nested := strings.Cut(rest[1:], "/")
+	switch {
+	case id == "":
+		return "", "", false
+	case !nested:
+		return id, apiItem, true
+	case action == "complete":
+		return id, apiComplete, true
+	}
+	return "", "", false
 }
 
 // maxAPIBody bounds a create's JSON (its metadata is at most 4 KiB).
@@ -75,9 +91,12 @@ func (s *Server) reservationRequest(ctx *fasthttp.RequestCtx, r *request) *apiEr
 		if !validBucketName(q.Bucket) || !r.akey.allowed(PermReserve, q.Bucket) {
 			return writeJSONError(ctx, reservations.ErrAccessDenied)
 		}
-		res, err := api.CreateReservation(dctx, r.akey.ID, q)
+		res, made, err := api.CreateReservation(dctx, r.akey.ID, q)
 		if err != nil {
 			return s.apiFailure(ctx, r, err)
+		}
+		if made {
+			s.metrics.reservationsCreated.Inc()
 		}
 		if err := reservations.PresignPut(&res, s.apiEndpoint(r), apiRegion(r), r.akey.Secret, time.Now()); err != nil {
 			return s.apiFailure(ctx, r, err)
@@ -94,13 +113,24 @@ func (s *Server) reservationRequest(ctx *fasthttp.RequestCtx, r *request) *apiEr
 			return s.apiFailure(ctx, r, err)
 		}
 		out = all
-	case "GetReservation", "CancelReservation":
+	case "GetReservation", "CancelReservation", "CompleteReservation":
 		res, err := api.GetReservation(dctx, r.key)
 		if err == nil && res.AccessKeyID != r.akey.ID && !r.akey.allowed(PermAdmin, res.Bucket) {
 			err = reservations.ErrNotFound // another key's: not told apart from none
 		}
 		if err == nil && r.op.Name == "CancelReservation" {
-			res, err = api.CancelReservation(dctx, r.key)
+			if res, err = api.CancelReservation(dctx, r.key); err == nil {
+				s.metrics.reservationsCancelled.Inc()
+			}
+		}
+		if err == nil && r.op.Name == "CompleteReservation" {
+			// Settling may wait for a writer holding the key.
+			cctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			before := res.State
+			if res, err = api.CompleteReservation(cctx, r.key); err == nil && before == reservations.Reserved {
+				s.metrics.reservationsCommitted.Inc()
+			}
 		}
 		if err != nil {
 			return s.apiFailure(ctx, r, err)

@@ -223,7 +223,7 @@ func (s *Server) putObject(ctx *fasthttp.RequestCtx, r *request) *apiError {
 		return e
 	}
 	defer u.finish(r)
-	return s.writeKey(ctx, r, u, keyWrite{
+	e = s.writeKey(ctx, r, u, keyWrite{
 		WriteRequest: lease.WriteRequest{Kind: lease.KindPut, DeclaredSize: r.bytesIn, Checksum: u.declaredChecksum,
 			ClientConditional: hasClientCondition(r), OtherCondition: hasConditionBesideFence(r)},
 		prepare: func(u *upstream, id string) *apiError {
@@ -234,6 +234,10 @@ func (s *Server) putObject(ctx *fasthttp.RequestCtx, r *request) *apiError {
 			return lease.Landed{ETag: store.TrimETag(resp.Header.Get("ETag")), Size: r.bytesIn}, nil
 		},
 	})
+	if e == nil && r.reservation != "" && ctx.Response.StatusCode() < 300 {
+		s.metrics.reservationsCommitted.Inc() // its generation committed the reservation
+	}
+	return e
 }
 
 // deleteObject: DeleteObject under the protocol, fenced with If-Match; a

@@ -24,7 +24,7 @@ const (
 	KindUnresolved = "unresolved" // keys with unknown attempts or dead holders: settled
 	KindUploads    = "uploads"    // multipart Creates without a recorded upload id: bound or failed; abandoned uploads: aborted
 	KindAudit      = "audit"      // the incremental bucket audit: divergence settled, foreign uploads found
-	KindPrune      = "prune"      // settled attempts, acknowledged outbox rows, idle lease rows: deleted
+	KindPrune      = "prune"      // settled attempts, acknowledged outbox rows, idle lease rows, ended reservations: deleted
 )
 
 // Kinds lists every work kind, in the order a pass runs them.
@@ -387,8 +387,9 @@ func (s *Service) batch(ctx context.Context, kind string, deadline time.Time) (C
 		dctx, cancel := s.m.dbctx(ctx)
 		defer cancel()
 		p, err := s.db.Prune(dctx, s.cfg.Retention, 10*s.cfg.Batch)
-		n := p.Attempts + p.Outbox + p.Leases
-		full := p.Attempts == 10*s.cfg.Batch || p.Outbox == 10*s.cfg.Batch || p.Leases == 10*s.cfg.Batch
+		n := p.Attempts + p.Outbox + p.Leases + p.Reservations
+		full := p.Attempts == 10*s.cfg.Batch || p.Outbox == 10*s.cfg.Batch || p.Leases == 10*s.cfg.Batch ||
+			p.Reservations == 10*s.cfg.Batch
 		return Counts{Claimed: n, Completed: n}, full, err
 	}
 	return Counts{}, false, fmt.Errorf("unknown work kind %q", kind)

@@ -14,6 +14,9 @@ type LifecycleMetrics struct {
 	Backlog         *prometheus.GaugeVec   // kind
 	OldestUnknown   prometheus.Gauge
 	OldestAbandoned prometheus.Gauge
+	// ReservationsExpired counts the reservations this gateway's sweeper
+	// ended at their expiry (the gateway counts the other moves).
+	ReservationsExpired prometheus.Counter
 }
 
 // NewLifecycleMetrics makes the metrics and registers them with reg (if not nil).
@@ -27,9 +30,11 @@ func NewLifecycleMetrics(reg prometheus.Registerer) *LifecycleMetrics {
 			Help: "Age of the oldest unknown attempt (guard), 0 if none."}),
 		OldestAbandoned: prometheus.NewGauge(prometheus.GaugeOpts{Name: "fencegate_oldest_abandoned_upload_seconds",
 			Help: "Age of the oldest abandoned multipart upload not yet aborted, 0 if none."}),
+		ReservationsExpired: prometheus.NewCounter(prometheus.CounterOpts{Name: "fencegate_reservations_expired_total",
+			Help: "Upload reservations this gateway's sweeper ended at their expiry (quota released)."}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.Items, m.Backlog, m.OldestUnknown, m.OldestAbandoned)
+		reg.MustRegister(m.Items, m.Backlog, m.OldestUnknown, m.OldestAbandoned, m.ReservationsExpired)
 	}
 	return m
 }

@@ -2,6 +2,7 @@ package lease_test
 
 import (
 	"context"
+	"strconv"
 	"testing"
 	"time"
 
@@ -101,4 +102,75 @@ func TestPruneRespectsRetention(t *testing.T) {
 		t.Error("the last pass of a gateway gone past the lease retention is still reported")
 	}
 	exec(`DELETE FROM outbox_consumers`)
+}
+
+// Pruning deletes reservations ended past the attempts' retention, with
+// their events: expired and cancelled ones once swept, committed ones whose
+// object left the account's used bytes or that count against no account.
+// A live one, one not yet swept, one ended recently and a committed one whose
+// object an account still pays for stay.
+func TestPruneReservations(t *testing.T) {
+	c := catalog(t)
+	m := lease.NewManager(recLease, c, nil)
+	ctx := context.Background()
+	bucket := "prune-resv-" + lease.NewID()[:8]
+	account := "prune-" + lease.NewID()[:8]
+	exec := func(sql string, args ...any) {
+		t.Helper()
+		if _, err := c.Pool.Exec(ctx, sql, args...); err != nil {
+			t.Fatal(err)
+		}
+	}
+	exec(`INSERT INTO quotas (account, limit_bytes) VALUES ($1, 100)`, account)
+	n := 0
+	reservation := func(state string, endedAgo time.Duration, swept, released, withAccount bool) string {
+		t.Helper()
+		n++
+		id := lease.NewID()
+		var acct *string
+		if withAccount {
+			acct = &account
+		}
+		var ended *string
+		if state != "reserved" {
+			e := endedAgo.String()
+			ended = &e
+		}
+		exec(`INSERT INTO reservations (reservation_id, bucket, key, access_key_id, account, reserved_bytes, request_hash,
+				state, expires_at, ended_at, swept_at, released_at)
+			VALUES ($1, $2, $3, 'k', $4, 1, 'h', $5, clock_timestamp() + interval '1 hour',
+				clock_timestamp() - $6::interval,
+				CASE WHEN $7 THEN clock_timestamp() END, CASE WHEN $8 THEN clock_timestamp() END)`,
+			id, bucket, "k"+strconv.Itoa(n), acct, state, ended, swept, released)
+		exec(`INSERT INTO reservation_events (reservation_id, event, bucket, key) VALUES ($1, 'reservation.created', $2, 'k')`, id, bucket)
+		return id
+	}
+	old := 48 * time.Hour
+	cases := []struct {
+		id   string
+		keep bool
+		what string
+	}{
+		{reservation("expired", old, true, false, true), false, "an expired reservation swept past the retention"},
+		{reservation("cancelled", old, true, false, false), false, "a cancelled reservation swept past the retention"},
+		{reservation("committed", old, false, true, true), false, "a committed reservation whose object was replaced"},
+		{reservation("committed", old, false, false, false), false, "a committed reservation without an account"},
+		{reservation("expired", old, false, false, true), true, "an expired reservation not yet swept"},
+		{reservation("cancelled", time.Hour, true, false, true), true, "a reservation ended within the retention"},
+		{reservation("committed", old, false, false, true), true, "a committed reservation whose object an account pays for"},
+		{reservation("reserved", 0, false, false, true), true, "a live reservation"},
+	}
+	cfg := lease.LifecycleConfig{Kinds: []string{lease.KindPrune}, Retention: lease.Retention{Attempts: 24 * time.Hour}}
+	s := service(t, c, m, newLifeStore(), cfg)
+	s.RunOnce(ctx)
+	for _, tc := range cases {
+		var row, events bool
+		if err := c.Pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM reservations WHERE reservation_id = $1),
+			EXISTS (SELECT 1 FROM reservation_events WHERE reservation_id = $1)`, tc.id).Scan(&row, &events); err != nil {
+			t.Fatal(err)
+		}
+		if row != tc.keep || events != tc.keep {
+			t.Errorf("%s: row kept %v, events kept %v, want %v", tc.what, row, events, tc.keep)
+		}
+	}
 }

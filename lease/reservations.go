@@ -60,6 +60,7 @@ func (s *Service) reservationsBatch(ctx context.Context) (Counts, bool, error) {
 	if err := s.dbDo(ctx, func(dctx context.Context) (err error) { n, err = sw.ExpireReservations(dctx, s.cfg.Batch); return }); err != nil {
 		return Counts{Failed: 1}, false, err
 	}
+	s.Metrics.ReservationsExpired.Add(float64(n))
 	c := Counts{Claimed: n, Completed: n}
 	var ended []EndedReservation
 	if err := s.dbDo(ctx, func(dctx context.Context) (err error) {

@@ -199,7 +199,7 @@ type Retention struct {
 }
 
 // Pruned counts one pruning batch.
-type Pruned struct{ Attempts, Outbox, Leases int }
+type Pruned struct{ Attempts, Outbox, Leases, Reservations int }
 
 // Pass is one work kind's pass, as fencegate status reports it.
 type Pass struct {

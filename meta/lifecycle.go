@@ -277,8 +277,13 @@ func (c *Catalog) ForeignUploadSeen(ctx context.Context, bucket, key, uploadID s
 // outbox rows older than r.Outbox below every registered consumer's
 // acknowledgement (none without a consumer); lease rows not held for
 // r.Leases of keys without unresolved or open attempts or recent activity,
-// and the recorded last passes of gateways that ran none for as long.
-// Unknown and leased attempts (guards) and open uploads are never pruned.
+// and the recorded last passes of gateways that ran none for as long;
+// reservations ended longer ago than r.Attempts, with their events and
+// bound attempts: expired and cancelled ones once swept, committed ones once
+// their object left the account's used bytes (overwritten or deleted) or
+// when they count against no account (the commit trigger still needs the
+// row of a committed object an account pays for). Unknown and leased
+// attempts (guards), open uploads and live reservations are never pruned.
 func (c *Catalog) Prune(ctx context.Context, r lease.Retention, limit int) (lease.Pruned, error) {
 	var p lease.Pruned
 	if r.Attempts > 0 {
@@ -292,6 +297,19 @@ func (c *Catalog) Prune(ctx context.Context, r lease.Retention, limit int) (leas
 			return p, err
 		}
 		p.Attempts = int(tag.RowsAffected())
+		if err := c.Pool.QueryRow(ctx, `WITH gone AS (
+				DELETE FROM reservations WHERE reservation_id IN (
+					SELECT reservation_id FROM reservations
+					WHERE state <> 'reserved' AND ended_at < clock_timestamp() - $1::interval
+					  AND (state IN ('expired', 'cancelled') AND swept_at IS NOT NULL
+					       OR state = 'committed' AND (released_at IS NOT NULL OR account IS NULL)
+					       OR state = 'failed')
+					ORDER BY ended_at LIMIT $2 FOR UPDATE SKIP LOCKED)
+				RETURNING reservation_id),
+			events AS (DELETE FROM reservation_events WHERE reservation_id IN (SELECT reservation_id FROM gone))
+			SELECT count(*) FROM gone`, r.Attempts.String(), limit).Scan(&p.Reservations); err != nil {
+			return p, err
+		}
 	}
 	if r.Outbox > 0 {
 		tag, err := c.Pool.Exec(ctx, `DELETE FROM outbox WHERE id IN (

@@ -79,6 +79,9 @@ type Reservation struct {
 	Size        *int64          `json:"size,omitempty"`
 	ETag        string          `json:"etag,omitempty"`
 	Generation  *int64          `json:"generation,omitempty"`
+	// Made is true when Create made this reservation (false: an
+	// idempotent repeat returned the one made before).
+	Made bool `json:"-"`
 }
 
 // Reservations stores reservations and quotas.
@@ -148,9 +151,11 @@ func (s *Reservations) Create(ctx context.Context, q ReservationRequest) (Reserv
 	if len(q.Metadata) > 0 {
 		md = q.Metadata
 	}
+	id := newUUID()
 	row := s.Pool.QueryRow(ctx, `SELECT `+reservationColumns+` FROM fencegate_reserve($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13::interval)`,
-		newUUID(), q.Bucket, q.Key, q.AccessKeyID, account, q.ExactSize, q.MaxSize, sha, q.ContentType, md, idem, q.hash(), q.TTL.String())
+		id, q.Bucket, q.Key, q.AccessKeyID, account, q.ExactSize, q.MaxSize, sha, q.ContentType, md, idem, q.hash(), q.TTL.String())
 	r, err := scanReservation(row)
+	r.Made = err == nil && r.ID == id
 	return r, reservationError(err)
 }
 
@@ -420,4 +425,46 @@ func (c *Catalog) ReservationRetry(ctx context.Context, id string, backoff time.
 	_, err := c.Pool.Exec(ctx, `UPDATE reservations SET claimed_until = clock_timestamp() + $2::interval, last_error = $3
 		WHERE reservation_id = $1`, id, backoff.String(), errText)
 	return err
+}
+
+// Errors of Complete, besides ErrNoSuchReservation and ErrReservationEnded.
+var (
+	// ErrNotUploaded: the catalog's current generation at the key is not
+	// the verified bytes (none, older than the reservation, or another
+	// reservation's).
+	ErrNotUploaded = errors.New("the reservation's key does not hold its upload")
+	// ErrUploadMismatch: the bytes' size is not the reservation's.
+	ErrUploadMismatch = errors.New("the upload does not match its reservation")
+)
+
+// Complete commits a live reservation on the key's current generation, which
+// must be the bytes the caller verified at the store (etag, size), through
+// fencegate_reservation_complete: the same move as the commit trigger's, in
+// one transaction. Idempotent: a committed reservation is returned as it is;
+// an ended one (or one past its expiry) is ErrReservationEnded. The returned
+// row is the reservation's current state.
+func (s *Reservations) Complete(ctx context.Context, id, etag string, size int64) (Reservation, error) {
+	if !validUUID(id) {
+		return Reservation{}, ErrNoSuchReservation
+	}
+	var outcome *string
+	if err := s.Pool.QueryRow(ctx, `SELECT fencegate_reservation_complete($1, $2, $3)`, id, etag, size).Scan(&outcome); err != nil {
+		return Reservation{}, err
+	}
+	if outcome == nil {
+		return Reservation{}, ErrNoSuchReservation
+	}
+	r, err := s.Get(ctx, id)
+	if err != nil {
+		return r, err
+	}
+	switch *outcome {
+	case ReservationCommitted:
+		return r, nil
+	case "unsettled":
+		return r, ErrNotUploaded
+	case "mismatch":
+		return r, ErrUploadMismatch
+	}
+	return r, ErrReservationEnded
 }

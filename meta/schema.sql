@@ -271,6 +271,59 @@ CREATE TABLE public.reservations (
     CONSTRAINT reservations_state_check CHECK ((state = ANY (ARRAY['reserved'::text, 'committed'::text, 'expired'::text, 'cancelled'::text, 'failed'::text])))
 );
 
+CREATE FUNCTION public.fencegate_reservation_commit(p_id uuid, p_size bigint, p_etag text, p_generation bigint) RETURNS public.reservations
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    v_res reservations;
+BEGIN
+    UPDATE reservations SET state = 'committed', ended_at = clock_timestamp(), size = p_size, etag = p_etag,
+            generation = p_generation
+        WHERE reservation_id = p_id AND state = 'reserved'
+        RETURNING * INTO v_res;
+    IF NOT FOUND THEN
+        RETURN NULL;
+    END IF;
+    IF v_res.account IS NOT NULL THEN
+        UPDATE quotas SET reserved_bytes = reserved_bytes - v_res.reserved_bytes, used_bytes = used_bytes + p_size,
+                reserved_objects = reserved_objects - 1, used_objects = used_objects + 1, updated_at = clock_timestamp()
+            WHERE account = v_res.account;
+    END IF;
+    PERFORM fencegate_reservation_event(v_res, 'reservation.committed');
+    RETURN v_res;
+END $$;
+
+CREATE FUNCTION public.fencegate_reservation_complete(p_id uuid, p_etag text, p_size bigint) RETURNS text
+    LANGUAGE plpgsql
+    AS $$
+DECLARE
+    v_res reservations;
+    v_cur catalog;
+BEGIN
+    SELECT * INTO v_res FROM reservations WHERE reservation_id = p_id FOR UPDATE;
+    IF NOT FOUND THEN
+        RETURN NULL;
+    END IF;
+    IF v_res.state <> 'reserved' THEN
+        RETURN v_res.state;
+    END IF;
+    IF v_res.expires_at <= clock_timestamp() THEN
+        RETURN 'expired';
+    END IF;
+    SELECT * INTO v_cur FROM catalog WHERE bucket = v_res.bucket AND key = v_res.key AND NOT deleted;
+    IF NOT FOUND OR v_cur.etag IS DISTINCT FROM p_etag OR v_cur.size IS DISTINCT FROM p_size
+            OR v_cur.committed_at < v_res.created_at
+            OR EXISTS (SELECT 1 FROM reservation_attempts
+                WHERE attempt_id = v_cur.attempt_id AND reservation_id <> p_id) THEN
+        RETURN 'unsettled';
+    END IF;
+    IF v_cur.size <> coalesce(v_res.exact_size, v_cur.size) OR v_cur.size > coalesce(v_res.max_size, v_cur.size) THEN
+        RETURN 'mismatch';
+    END IF;
+    PERFORM fencegate_reservation_commit(p_id, v_cur.size, v_cur.etag, v_cur.generation);
+    RETURN 'committed';
+END $$;
+
 CREATE FUNCTION public.fencegate_reservation_end(p_id uuid, p_state text, p_only_expired boolean) RETURNS public.reservations
     LANGUAGE plpgsql
     AS $$
@@ -338,7 +391,7 @@ BEGIN
             -- Settling found the bytes of a write the commit refused (its
             -- attempt was left unknown): they are recorded as they are, so
             -- the key stays writable and nothing is untracked; the
-            -- reservation stays ended (docs/RESERVATIONS.md, "What is left").
+            -- reservation stays ended and the sweeper deletes them.
             RETURN NEW;
         END IF;
         RAISE EXCEPTION 'reservation % is %', v_res.reservation_id,
@@ -350,16 +403,7 @@ BEGIN
         RAISE EXCEPTION 'reservation % does not match the write (size %)', v_res.reservation_id, NEW.size
             USING ERRCODE = 'check_violation', HINT = 'fencegate:reservation-mismatch';
     END IF;
-    UPDATE reservations SET state = 'committed', ended_at = clock_timestamp(), size = NEW.size, etag = NEW.etag,
-            generation = NEW.generation
-        WHERE reservation_id = v_res.reservation_id
-        RETURNING * INTO v_res;
-    IF v_res.account IS NOT NULL THEN
-        UPDATE quotas SET reserved_bytes = reserved_bytes - v_res.reserved_bytes, used_bytes = used_bytes + NEW.size,
-                reserved_objects = reserved_objects - 1, used_objects = used_objects + 1, updated_at = clock_timestamp()
-            WHERE account = v_res.account;
-    END IF;
-    PERFORM fencegate_reservation_event(v_res, 'reservation.committed');
+    PERFORM fencegate_reservation_commit(v_res.reservation_id, NEW.size, NEW.etag, NEW.generation);
     RETURN NEW;
 END $$;
 
@@ -807,6 +851,8 @@ CREATE INDEX notify_queue_key ON public.notify_queue USING btree (target, bucket
 CREATE INDEX reservation_attempts_reservation ON public.reservation_attempts USING btree (reservation_id);
 
 CREATE INDEX reservations_bucket_key ON public.reservations USING btree (bucket, key, created_at);
+
+CREATE INDEX reservations_ended ON public.reservations USING btree (ended_at) WHERE (state <> 'reserved'::text);
 
 CREATE INDEX reservations_expiry ON public.reservations USING btree (expires_at) WHERE (state = 'reserved'::text);
 

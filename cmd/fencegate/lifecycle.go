@@ -21,7 +21,7 @@ func (c *serveConfig) defineLifecycle(f envFlags) {
 	f.Duration(&l.ForeignUploadAge, "foreign-upload-age", "FENCEGATE_FOREIGN_UPLOAD_AGE", 7*24*time.Hour, "with --foreign-uploads=abort: how old (since the store's Initiated) a foreign upload must be to be aborted")
 	f.Int(&l.AuditPage, "audit-page", "FENCEGATE_AUDIT_PAGE", 1000, "keys per page of the incremental bucket audit (one page per bucket per pass)")
 	f.String(&c.AuditBuckets, "audit-buckets", "FENCEGATE_AUDIT_BUCKETS", "", "comma-separated buckets the incremental audit covers (empty: every bucket the catalog knows)")
-	f.Duration(&l.Retention.Attempts, "retain-attempts", "FENCEGATE_RETAIN_ATTEMPTS", 7*24*time.Hour, "settled attempts (committed, adopted, failed, aborted) are pruned after this (0: never); unknown guards never are")
+	f.Duration(&l.Retention.Attempts, "retain-attempts", "FENCEGATE_RETAIN_ATTEMPTS", 7*24*time.Hour, "settled attempts (committed, adopted, failed, aborted), and ended reservations with their events, are pruned after this (0: never); unknown guards never are")
 	f.Duration(&l.Retention.Outbox, "retain-outbox", "FENCEGATE_RETAIN_OUTBOX", 7*24*time.Hour, "outbox rows every registered consumer acknowledged are pruned after this (0: never); see docs/OUTBOX.md")
 	f.Duration(&l.Retention.Leases, "retain-leases", "FENCEGATE_RETAIN_LEASES", 24*time.Hour, "lease rows of keys without live work are pruned after this long idle (0: never)")
 }

@@ -15,7 +15,7 @@ import (
 	"github.com/fencegate/fencegate/meta"
 )
 
-const reservationsUsage = `usage: fencegate reservations <create|get|list|cancel> [flags] [args]
+const reservationsUsage = `usage: fencegate reservations <create|get|list|cancel|complete> [flags] [args]
 
   create --bucket B (--key K | --prefix P) [--size N | --max-size N] [--sha256 BASE64]
          [--content-type T] [--expires 15m] [--account A] [--idempotency-key I]
@@ -23,6 +23,9 @@ const reservationsUsage = `usage: fencegate reservations <create|get|list|cancel
   get ID [--json]                           one reservation
   list --bucket B [--json]                  a bucket's reservations, newest first
   cancel ID                                 end a live reservation, releasing its quota
+  complete ID [--json]                      commit it on the bytes the store holds at its key
+                                            (checked: size, SHA-256); through the gateway's API
+                                            at --endpoint, signed with --access-key
 
 The reservation is made for --access-key (default $AWS_ACCESS_KEY_ID); its put_url
 is presigned with that key's secret ($AWS_SECRET_ACCESS_KEY when it is that key,
@@ -50,9 +53,9 @@ func cmdReservations(ctx context.Context, args []string) error {
 	}
 	sub := args[0]
 	switch sub {
-	case "create", "get", "list", "cancel":
+	case "create", "get", "list", "cancel", "complete":
 	default:
-		return fmt.Errorf("unknown subcommand %q: one of create, get, list, cancel", sub)
+		return fmt.Errorf("unknown subcommand %q: one of create, get, list, cancel, complete", sub)
 	}
 	if err := f.Parse(interleaved(f.FlagSet, args[1:])); err != nil {
 		return err
@@ -79,6 +82,22 @@ func cmdReservations(ctx context.Context, args []string) error {
 			return err
 		}
 		v, err := presignedView(r, c.endpoint, c.region, secret, time.Now())
+		if err != nil {
+			return err
+		}
+		return printReservation(v, asJSON)
+	case "complete":
+		// The store's HEAD and the key's settle are the gateway's: the
+		// command asks it, as an application would.
+		if len(rest) != 1 {
+			return errors.New("usage: fencegate reservations complete ID")
+		}
+		secret, err := c.secret(ctx, dbURL, serverKey, serverKeyFile)
+		if err != nil {
+			return err
+		}
+		api := &reservations.Client{Endpoint: c.endpoint, AccessKey: c.accessKey, SecretKey: secret, Region: c.region}
+		v, err := api.Complete(ctx, rest[0])
 		if err != nil {
 			return err
 		}

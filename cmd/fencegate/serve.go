@@ -295,6 +295,7 @@ func runServe(ctx context.Context, cfg serveConfig, started func(s3Addr, adminAd
 		go func() { _ = leases.ListenForReleases(ctx, catalog) }()
 	}
 	samples := console.NewSampler(cfg.ConsoleSample)
+	reservationChecks := &wiring.Reservations{Store: &meta.Reservations{Pool: pool}, Leases: leases}
 	srv, err := gateway.New(ctx, gcfg, gateway.Deps{
 		Log:     log,
 		Leases:  leases,
@@ -305,7 +306,7 @@ func runServe(ctx context.Context, cfg serveConfig, started func(s3Addr, adminAd
 		// Buckets' notification configurations; the events are delivered by
 		// the notify service below.
 		Notifications: wiring.Notifications{Targets: &meta.Targets{Pool: pool}},
-		Reservations:  &wiring.Reservations{Store: &meta.Reservations{Pool: pool}},
+		Reservations:  reservationChecks,
 		Readiness: []gateway.Check{
 			{Name: "postgres", Run: func(ctx context.Context) error { return pool.Ping(ctx) }},
 			{Name: "session", Run: func(context.Context) error {
@@ -321,6 +322,7 @@ func runServe(ctx context.Context, cfg serveConfig, started func(s3Addr, adminAd
 	}
 	// The charts' samples of this gateway's own counters, until shutdown.
 	go samples.Run(ctx, srv.Registry())
+	reservationChecks.Objects = srv.Store() // complete's HEAD, before the gateway serves
 	if err := probeStore(ctx, srv, cfg, log); err != nil {
 		return err
 	}

@@ -47,6 +47,7 @@ var (
 	ErrQuotaExceeded    = &APIError{Status: http.StatusForbidden, Code: "QuotaExceeded", Message: "The account's quota has no room for the reservation."}
 	ErrNoSuchAccount    = &APIError{Status: http.StatusNotFound, Code: "NoSuchAccount", Message: "The quota account does not exist."}
 	ErrKeyReserved      = &APIError{Status: http.StatusConflict, Code: "KeyReserved", Message: "The key has a live reservation."}
+	ErrNotUploaded      = &APIError{Status: http.StatusConflict, Code: "ReservationNotUploaded", Message: "The store holds no upload of the reservation at its key."}
 	ErrNotLive          = &APIError{Status: http.StatusConflict, Code: "ReservationNotLive", Message: "The reservation is not live (committed, expired or cancelled)."}
 	ErrAccessDenied     = &APIError{Status: http.StatusForbidden, Code: "AccessDenied", Message: "Access Denied"}
 	ErrBadRequest       = &APIError{Status: http.StatusBadRequest, Code: "InvalidRequest", Message: "The request is not valid."}

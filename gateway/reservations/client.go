@@ -51,6 +51,16 @@ func (c *Client) Cancel(ctx context.Context, id string) (Reservation, error) {
 	return r, c.do(ctx, http.MethodDelete, APIPath+"/"+url.PathEscape(id), "", nil, &r)
 }
 
+// Complete commits a reservation on the bytes the store holds at its key
+// (checked by HEAD: size, SHA-256), for clients that upload elsewhere or to
+// confirm. Idempotent: a committed reservation is returned as it is;
+// ErrNotUploaded when the key holds no such bytes, ErrNotLive when the
+// reservation ended.
+func (c *Client) Complete(ctx context.Context, id string) (Reservation, error) {
+	var r Reservation
+	return r, c.do(ctx, http.MethodPost, APIPath+"/"+url.PathEscape(id)+"/complete", "", nil, &r)
+}
+
 func (c *Client) do(ctx context.Context, method, path, query string, body []byte, out any) error {
 	u, err := url.Parse(c.Endpoint)
 	if err != nil {

@@ -11,6 +11,7 @@ import (
 
 	"github.com/fencegate/fencegate/gateway"
 	"github.com/fencegate/fencegate/gateway/reservations"
+	"github.com/fencegate/fencegate/lease"
 	"github.com/fencegate/fencegate/meta"
 )
 
@@ -22,6 +23,11 @@ import (
 type Reservations struct {
 	Store            *meta.Reservations
 	LiveBucketsEvery time.Duration // default 1 s
+	// For complete (complete.go): the key is settled through Leases, its
+	// bytes read from Objects (the gateway's store client, set once the
+	// gateway is made).
+	Leases  *lease.Manager
+	Objects lease.Store
 
 	mu      sync.Mutex
 	readAt  time.Time
@@ -141,13 +147,13 @@ func apiError(err error) error {
 }
 
 // CreateReservation serves the API's create.
-func (w *Reservations) CreateReservation(ctx context.Context, accessKey string, q reservations.CreateRequest) (reservations.Reservation, error) {
+func (w *Reservations) CreateReservation(ctx context.Context, accessKey string, q reservations.CreateRequest) (reservations.Reservation, bool, error) {
 	m, err := Request(accessKey, q)
 	if err != nil {
-		return reservations.Reservation{}, reservations.Invalid(err.Error())
+		return reservations.Reservation{}, false, reservations.Invalid(err.Error())
 	}
 	r, err := w.Store.Create(ctx, m)
-	return View(r), apiError(err)
+	return View(r), r.Made, apiError(err)
 }
 
 func (w *Reservations) GetReservation(ctx context.Context, id string) (reservations.Reservation, error) {
