@@ -207,6 +207,7 @@ func devRun(ctx context.Context, args []string) error {
 		AcceptAsyncReplication: true,
 		SigV2:                  true, // --sigv2's default: a zero here would turn V2 off
 		Reconcile:              20 * time.Second,
+		ConsoleSample:          10 * time.Second, // --console-sample-interval's default
 		Lifecycle:              defaultLifecycle(),
 	}
 	return runServe(ctx, cfg, func(s3Addr, adminAddr string) {
