@@ -54,27 +54,7 @@ func getConsoleJSON(t *testing.T, url, token string, v any) int {
 func TestConsoleBucketAndKeyInBrowser(t *testing.T) {
 	browser := chromiumPath(t)
 	ctx := context.Background()
-	dbURL, err := stack.CreateDatabase(ctx, testenv.DatabaseURL(t), "console_"+randomSuffix())
-	if err != nil {
-		t.Fatal(err)
-	}
-	pool, err := meta.Open(ctx, dbURL, meta.PoolConfig{MaxConns: 2})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pool.Close()
-	if _, err := meta.Migrate(ctx, pool); err != nil {
-		t.Fatal(err)
-	}
-	key, _ := meta.ParseServerKey(serverKey)
-	sealer, err := meta.NewSealer(key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	k, err := (&meta.Keys{Pool: pool, Sealer: sealer}).Create(ctx, "console", []meta.Grant{{Bucket: "*", Permission: meta.PermAdmin}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	dbURL, pool, k := consoleDatabase(t)
 	const token = "console-test-token-0123456789"
 	fp, fep := faultStore(t)
 	g, err := stack.StartFencegate(ctx, stack.ServeConfig{

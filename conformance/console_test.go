@@ -20,6 +20,7 @@ import (
 	"github.com/chromedp/cdproto/network"
 	cdpruntime "github.com/chromedp/cdproto/runtime"
 	"github.com/chromedp/chromedp"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/fencegate/fencegate/internal/stack"
 	"github.com/fencegate/fencegate/internal/testenv"
@@ -50,22 +51,19 @@ func overviewFigures(s meta.Status) map[string]string {
 	return f
 }
 
-// The web console's overview, in Debian's chromium: it needs the admin token,
-// loads without a console error, and shows what `fencegate status --json`
-// (and the page's own JSON form) says of a workload the test made on a
-// database of its own.
-func TestConsoleOverviewInBrowser(t *testing.T) {
-	browser := chromiumPath(t)
+// consoleDatabase is a migrated database of the test's own and an admin key
+// in it, so a gateway on it shows on its console only what the test made.
+func consoleDatabase(t *testing.T) (dbURL string, pool *pgxpool.Pool, k meta.AccessKey) {
+	t.Helper()
 	ctx := context.Background()
 	dbURL, err := stack.CreateDatabase(ctx, testenv.DatabaseURL(t), "console_"+randomSuffix())
 	if err != nil {
 		t.Fatal(err)
 	}
-	pool, err := meta.Open(ctx, dbURL, meta.PoolConfig{MaxConns: 2})
-	if err != nil {
+	if pool, err = meta.Open(ctx, dbURL, meta.PoolConfig{MaxConns: 2}); err != nil {
 		t.Fatal(err)
 	}
-	defer pool.Close()
+	t.Cleanup(pool.Close)
 	if _, err := meta.Migrate(ctx, pool); err != nil {
 		t.Fatal(err)
 	}
@@ -74,10 +72,21 @@ func TestConsoleOverviewInBrowser(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	k, err := (&meta.Keys{Pool: pool, Sealer: sealer}).Create(ctx, "console", []meta.Grant{{Bucket: "*", Permission: meta.PermAdmin}})
+	k, err = (&meta.Keys{Pool: pool, Sealer: sealer}).Create(ctx, "console", []meta.Grant{{Bucket: "*", Permission: meta.PermAdmin}})
 	if err != nil {
 		t.Fatal(err)
 	}
+	return dbURL, pool, k
+}
+
+// The web console's overview, in Debian's chromium: it needs the admin token,
+// loads without a console error, and shows what `fencegate status --json`
+// (and the page's own JSON form) says of a workload the test made on a
+// database of its own.
+func TestConsoleOverviewInBrowser(t *testing.T) {
+	browser := chromiumPath(t)
+	ctx := context.Background()
+	dbURL, _, k := consoleDatabase(t)
 	const token = "console-test-token-0123456789"
 	// One reconciler pass, at start-up: the figures then move only with the
 	// workload.
