@@ -42,15 +42,20 @@ type NotifyCheck struct {
 	Duplicates  int    `json:"duplicates"`   // receipts beyond each event's first
 	Missing     int    `json:"missing"`      // committed, never acknowledged
 	Uncommitted int    `json:"uncommitted"`  // received, never committed (for this target)
-	OutOfOrder  int    `json:"out_of_order"` // a key's event received after a later generation of the key
-	WrongName   int    `json:"wrong_name"`   // eventName not what the write was
-	DeadLetters int    `json:"dead_letters"` // left in the dead-letter table
-	BadSig      int    `json:"bad_signatures,omitempty"`
+	OutOfOrder  int    `json:"out_of_order"` // a key's event first received after a later generation of the key
+	// StaleResends: an event acknowledged before, received again after a
+	// later generation of its key (a holder stalled past its claim
+	// completing an old send, docs/NOTIFICATIONS.md): a duplicate a consumer
+	// keeping each key's last sequencer drops, not a break of the order.
+	StaleResends int `json:"stale_resends"`
+	WrongName    int `json:"wrong_name"`   // eventName not what the write was
+	DeadLetters  int `json:"dead_letters"` // left in the dead-letter table
+	BadSig       int `json:"bad_signatures,omitempty"`
 }
 
 func (n NotifyCheck) String() string {
-	return fmt.Sprintf("%s (%s): %d committed, %d received, %d delivered, %d duplicates, %d missing, %d uncommitted, %d out of order, %d wrong names, %d dead letters",
-		n.Target, n.Kind, n.Committed, n.Received, n.Delivered, n.Duplicates, n.Missing, n.Uncommitted, n.OutOfOrder, n.WrongName, n.DeadLetters)
+	return fmt.Sprintf("%s (%s): %d committed, %d received, %d delivered, %d duplicates (%d stale resends), %d missing, %d uncommitted, %d out of order, %d wrong names, %d dead letters",
+		n.Target, n.Kind, n.Committed, n.Received, n.Delivered, n.Duplicates, n.StaleResends, n.Missing, n.Uncommitted, n.OutOfOrder, n.WrongName, n.DeadLetters)
 }
 
 // eventName is the eventName a committed event must carry (the trigger's
@@ -76,8 +81,10 @@ func (c committedEvent) eventName() string {
 // at least once (later ones may still be on their way); nothing received
 // that is not a committed event of this target, with its key, generation
 // and name; each key's events received in generation order (a resend may
-// repeat the last one, never go back behind a later one). Duplicates are
-// counted, not a violation: delivery is at least once. It returns the counts
+// repeat the last one; an event never arrives for the first time after a
+// later one of its key, though one acknowledged before may arrive again late:
+// a stale resend). Duplicates are counted, not a violation: delivery is at
+// least once. It returns the counts
 // and a line per violation (at most a few of each kind, with the count).
 func checkNotifications(target, kind string, committed []committedEvent, mustBy int64, got []receivedEvent) (NotifyCheck, []string) {
 	res := NotifyCheck{Target: target, Kind: kind, Received: len(got)}
@@ -112,7 +119,9 @@ func checkNotifications(target, kind string, committed []committedEvent, mustBy 
 			res.WrongName++
 			report("name", "event %s (%s generation %d) named %s, want %s", e.ID, key, e.Gen, e.Name, want)
 		}
-		if l, ok := last[key]; ok && e.Gen < l.Gen {
+		if l, ok := last[key]; ok && e.Gen < l.Gen && acked[e.ID] {
+			res.StaleResends++
+		} else if ok && e.Gen < l.Gen {
 			res.OutOfOrder++
 			report("order", "%s: generation %d (event %s) received after generation %d (event %s); the key's arrivals so far: %s",
 				key, e.Gen, e.ID, l.Gen, l.ID, tail(arrivals[key], 12))

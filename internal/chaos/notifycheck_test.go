@@ -9,7 +9,9 @@ import (
 // delivered that was never committed (or committed for another target's
 // bucket), one of a key's events after a later one, or a wrong eventName, it
 // reports a violation; duplicates and events committed after the cut-off
-// (still on their way) are counted, not violations.
+// (still on their way) are counted, not violations, and so is an event
+// acknowledged before arriving again after a later one of its key (a stale
+// resend), but not one that was only tried before.
 func TestCheckNotifications(t *testing.T) {
 	committed := []committedEvent{
 		{ID: 10, Bucket: "chaos-a", Key: "k0", Gen: 1, Op: "put"},
@@ -44,6 +46,10 @@ func TestCheckNotifications(t *testing.T) {
 		{"another bucket's event", append(append([]receivedEvent(nil), good...), receivedEvent{ID: "12", Bucket: "chaos-c", Key: "k1", Gen: 3, Name: "ObjectCreated:Copy", Acked: true}), "never committed for this target", nil},
 		{"a generation the event does not have", append(append([]receivedEvent(nil), good...), ev("13", "k0", 5, "ObjectCreated:Put", true)), "received event 13", nil},
 		{"out of order", []receivedEvent{good[1], good[2], good[4], good[3]}, "chaos-a/k0: generation 2 (event 11) received after generation 4 (event 13)", func(n NotifyCheck) bool { return n.OutOfOrder == 1 }},
+		{"a stale resend of an event acknowledged before", append(append([]receivedEvent(nil), good...), ev("11", "k0", 2, "ObjectRemoved:Delete", false)), "", func(n NotifyCheck) bool {
+			return n.StaleResends == 1 && n.OutOfOrder == 0 && n.Duplicates == 3
+		}},
+		{"a late first arrival after a resend of an unacknowledged try", []receivedEvent{good[0], ev("11", "k0", 2, "ObjectRemoved:Delete", false), good[2], good[4], good[3]}, "generation 2 (event 11) received after generation 4", nil},
 		{"wrong name", []receivedEvent{ev("10", "k0", 1, "ObjectCreated:Copy", true), good[2], good[3], good[4]}, "named ObjectCreated:Copy, want ObjectCreated:Put", nil},
 		{"a delete named as a write", []receivedEvent{good[1], good[2], ev("11", "k0", 2, "ObjectCreated:Put", true), good[4]}, "want ObjectRemoved:Delete", nil},
 		{"later events may still be on their way", append(append([]receivedEvent(nil), good...), ev("14", "k1", 5, "ObjectCreated:Put", true)), "", func(n NotifyCheck) bool { return n.Delivered == 5 }},
