@@ -3,6 +3,9 @@ package main
 import (
 	"bytes"
 	"context"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -13,7 +16,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/fencegate/fencegate/internal/notify"
 	"github.com/fencegate/fencegate/internal/stack"
 	"github.com/fencegate/fencegate/meta"
 )
@@ -91,13 +93,22 @@ func (h *benchHook) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if err != nil || len(doc.Records) != 1 || r.Header.Get(notify.SignatureHeader) != notify.Sign(h.secret, body) {
+	if err != nil || len(doc.Records) != 1 || !h.signed(r.Header.Get("X-Fencegate-Signature"), body) {
 		h.bad++
 		w.WriteHeader(http.StatusBadRequest)
 		return
 	}
 	h.got = append(h.got, hookArrival{committed, at})
 	w.WriteHeader(http.StatusNoContent)
+}
+
+// signed checks the X-Fencegate-Signature header, "sha256=" and the hex of
+// the body's HMAC-SHA256 under the target's secret (docs/NOTIFICATIONS.md),
+// as a consumer would.
+func (h *benchHook) signed(header string, body []byte) bool {
+	m := hmac.New(sha256.New, []byte(h.secret))
+	m.Write(body)
+	return hmac.Equal([]byte(header), []byte("sha256="+hex.EncodeToString(m.Sum(nil))))
 }
 
 func (h *benchHook) count() int {

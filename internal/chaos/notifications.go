@@ -2,6 +2,9 @@ package chaos
 
 import (
 	"context"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -24,7 +27,6 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/fencegate/fencegate/internal/notify"
 	"github.com/fencegate/fencegate/internal/stack"
 )
 
@@ -180,6 +182,17 @@ func (n *notifications) inject(ctx context.Context, f *Fault) error {
 	return nil
 }
 
+// signatureHeader carries a webhook body's HMAC-SHA256 under the target's
+// secret, "sha256=" and its hex (docs/NOTIFICATIONS.md). The campaign checks
+// it with its own code, not the gateway's.
+const signatureHeader = "X-Fencegate-Signature"
+
+func sign(secret string, body []byte) string {
+	m := hmac.New(sha256.New, []byte(secret))
+	m.Write(body)
+	return "sha256=" + hex.EncodeToString(m.Sum(nil))
+}
+
 // receiver is the webhook endpoint: on a fixed address, stopped (connections
 // refused) and started again by receiver-down faults; it answers each POST as
 // its random sequence says and records what it got.
@@ -227,7 +240,7 @@ func (r *receiver) handle(w http.ResponseWriter, req *http.Request) {
 		w.WriteHeader(http.StatusBadRequest)
 		return
 	}
-	if req.Header.Get(notify.SignatureHeader) != notify.Sign(r.secret, body) {
+	if !hmac.Equal([]byte(req.Header.Get(signatureHeader)), []byte(sign(r.secret, body))) {
 		r.badSig++
 	}
 	hang, draw := r.hang, r.rng.IntN(60)

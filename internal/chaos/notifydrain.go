@@ -92,7 +92,7 @@ func (c *Campaign) finishNotifications(ctx context.Context, db *catalog, rep *Re
 		if t.kind == "webhook" {
 			res.BadSig = badSig
 			if badSig > 0 {
-				found = append(found, fmt.Sprintf("notifications to %s: %d requests without a valid %s", t.name, badSig, "X-Fencegate-Signature"))
+				found = append(found, fmt.Sprintf("notifications to %s: %d requests without a valid %s", t.name, badSig, signatureHeader))
 			}
 		}
 		if res.DeadLetters > 0 {
