@@ -77,14 +77,14 @@ const (
 	natsStream    = "CHAOS"
 	// notifyTimeout is the gateways' send timeout (campaignEnv); the
 	// receiver's stalls outlast it.
-	notifyTimeout = time.Second
+	notifyTimeout = 500 * time.Millisecond
 )
 
 // notifyEnv is how the campaign's gateways deliver: short timeouts and
 // back-offs, so that a target back from a fault is caught up within the
 // campaign, and no dead letters (an event given up on is a lost event).
 var notifyEnv = []string{
-	"FENCEGATE_NOTIFY_TIMEOUT=" + notifyTimeout.String(), "FENCEGATE_NOTIFY_RETRY=100ms", "FENCEGATE_NOTIFY_RETRY_MAX=2s",
+	"FENCEGATE_NOTIFY_TIMEOUT=" + notifyTimeout.String(), "FENCEGATE_NOTIFY_RETRY=100ms", "FENCEGATE_NOTIFY_RETRY_MAX=1s",
 	"FENCEGATE_NOTIFY_POLL=200ms", "FENCEGATE_NOTIFY_MAX_TRIES=1000000", "FENCEGATE_NOTIFY_CLAIM=3s",
 }
 
