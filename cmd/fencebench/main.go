@@ -159,6 +159,8 @@ func workload(quick bool) []cell {
 			// the hot key is judged against, before the large cells: after
 			// hundreds of MiB written the store's own PUTs slow for a while.
 			cells = append(cells, cell{opPUTHot, 64 << 10, 32}, cell{opPUTHot4, 64 << 10, 32})
+			// The small PUT with its events delivered to a webhook (notifybench.go).
+			cells = append(cells, notifyCell)
 		}
 	}
 	cells = append(cells, cell{opMultipart, partSize * partCount, 1})
@@ -201,6 +203,12 @@ func run(ctx context.Context, o options) (err error) {
 	}
 	if err := seed(ctx, s.targets[0], cells, payload); err != nil {
 		return fmt.Errorf("seeding: %w", err)
+	}
+	if slices.Contains(cells, notifyCell) {
+		if err := setUpNotify(ctx, s); err != nil {
+			return fmt.Errorf("the notification cell: %w", err)
+		}
+		defer stopNotify()
 	}
 
 	if o.perfDir != "" {

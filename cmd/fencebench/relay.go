@@ -135,6 +135,9 @@ func startRelay(ctx context.Context, store stack.Endpoint) (*relay, stack.Endpoi
 
 // runs reports whether target t runs cell c: the relay runs only its cells.
 func (t target) runs(c cell) bool {
+	if c.op == opPUTNotify {
+		return t.name == "fencegate" // notifications are fencegate's
+	}
 	return t.name != relayTarget || slices.Contains(relayCells, c)
 }
 

@@ -70,10 +70,12 @@ type Report struct {
 	Violations []string       `json:"violations"`
 	// NotLinearizable: the history check found an illegal history (as
 	// opposed to any other violation).
-	NotLinearizable bool          `json:"not_linearizable"`
-	Checked         string        `json:"checked"`
-	Elapsed         time.Duration `json:"elapsed"`
-	Dir             string        `json:"dir"`
+	NotLinearizable bool   `json:"not_linearizable"`
+	Checked         string `json:"checked"`
+	// Notifications: what each notification target got (notifycheck.go).
+	Notifications []NotifyCheck `json:"notifications"`
+	Elapsed       time.Duration `json:"elapsed"`
+	Dir           string        `json:"dir"`
 	// KeepHistory: WriteFiles writes the history of a run that passed too.
 	KeepHistory bool `json:"-"`
 	history     []history.Op
@@ -101,6 +103,7 @@ type Campaign struct {
 	clients *clients
 	etags   *etagBook
 	sources []string
+	notify  *notifications // the campaign's notification targets (notifications.go)
 
 	mu         sync.Mutex
 	violations []string // found while the campaign runs (the bad-input corpus)
@@ -169,7 +172,11 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	}
 	defer st.stop()
 	c := &Campaign{cfg: cfg, stack: st, etags: newETagBook(), clients: &clients{key: st.client, by: map[string]*s3.Client{}}}
+	defer func() { c.notify.stop() }()
 	if err := c.setUp(ctx); err != nil {
+		return nil, err
+	}
+	if err := c.setUpNotifications(ctx); err != nil {
 		return nil, err
 	}
 	if cfg.Replay == "" {
@@ -317,6 +324,8 @@ func (c *Campaign) finish(ctx context.Context, rep *Report) {
 		}
 	}
 
+	problems = append(problems, c.finishNotifications(ctx, db, rep)...)
+
 	ops := c.rec.snapshot()
 	var err2 error
 	rep.Unknown, err2 = db.settleUnknowns(ctx, ops, c.rec.start)
@@ -412,6 +421,9 @@ func (r *Report) Summary() string {
 	b.WriteString("unknown outcomes, settled: " + sortedCounts(r.Unknown) + "\n")
 	b.WriteString("attempts left unknown: " + sortedCounts(r.Leftover) + "\n")
 	b.WriteString("check: " + r.Checked + "\n")
+	for _, n := range r.Notifications {
+		b.WriteString("notifications: " + n.String() + "\n")
+	}
 	if len(r.Violations) == 0 {
 		b.WriteString("no violations\n")
 	} else {
