@@ -34,6 +34,7 @@ MUTANTS=(
   "spool-checksum-at-release#gateway/forward.go#if u.declaredChecksum == \"\" {#if false \&\& u.declaredChecksum == \"\" {#./conformance:^TestSpooledChecksumRecordedBeforeSending\$"
   "checksum-first-listed#lease/settle.go#if a, v, ok := strings.Cut(s, \":\"); ok \&\& a == alg {#if a, v, ok := strings.Cut(s, \":\"); ok \&\& (a == alg || true) {#./lease:^TestChecksumsDifferLikeWithLike\$"
   "drop-copy-source-read-check#gateway/admit.go#if !r.akey.allowed(PermRead, srcBucket) {#if false \&\& !r.akey.allowed(PermRead, srcBucket) {#./conformance:^(TestSecurityCopySourceAnyCase)\$"
+  "plain-without-proof#gateway/forward.go#if !s.plainChecksums.Load() || u.trailerName != \"x-amz-checksum-crc32\" {#if u.trailerName != \"x-amz-checksum-crc32\" {#./conformance:^(TestPlainBodiesNeedTheProbesProof|TestSpooledBodyTravelsPlainOnceProbed)\$"
   "header-exact-case#gateway/admit.go#copySource := hdr.get(\"x-amz-copy-source\")#copySource := string(ctx.Request.Header.Peek(\"X-Amz-Copy-Source\"))#./conformance:^(TestSecurityCopySourceAnyCase|TestSecurityAWSCLILowerCaseHeaders|TestConditionalWritesAwsCLI)\$"
 )
 
