@@ -139,7 +139,7 @@ type reservationWorker struct {
 
 func (w *reservationWorker) run(ctx context.Context) {
 	for ctx.Err() == nil {
-		w.one(w.pick())
+		w.one(ctx, w.pick())
 		sleep(ctx, time.Duration(w.rng.IntN(50))*time.Millisecond)
 	}
 }
@@ -169,8 +169,9 @@ func (w *reservationWorker) api() (*reservations.Client, string) {
 	return &reservations.Client{Endpoint: url, AccessKey: k.AccessKey, SecretKey: k.SecretKey, HTTP: w.http}, url
 }
 
-// one carries out one plan from its reservation to its last call.
-func (w *reservationWorker) one(plan string) {
+// one carries out one plan from its reservation to its last call; once
+// work ends (the workload's time is up) it starts no further step.
+func (w *reservationWorker) one(work context.Context, plan string) {
 	log := w.c.resv
 	w.seq++
 	value := fmt.Sprintf("r%d-%d", w.id, w.seq)
@@ -219,7 +220,10 @@ func (w *reservationWorker) one(plan string) {
 		w.cancel(ctx, res)
 		return
 	case "late-put":
-		sleep(ctx, time.Until(res.ExpiresAt)+time.Duration(200+w.rng.IntN(800))*time.Millisecond)
+		sleep(work, time.Until(res.ExpiresAt)+time.Duration(200+w.rng.IntN(800))*time.Millisecond)
+	}
+	if work.Err() != nil {
+		return
 	}
 	outcome := w.put(ctx, res, body)
 	if outcome == "unknown" && w.rng.IntN(2) == 0 {
