@@ -135,6 +135,7 @@ func (c *Campaign) finishReservations(ctx context.Context, db *catalog) (map[str
 	if c.cfg.Reservations < 0 {
 		return nil, nil
 	}
+	began := time.Now()
 	var problems []string
 	l := c.resv
 	l.mu.Lock()
@@ -160,6 +161,7 @@ func (c *Campaign) finishReservations(ctx context.Context, db *catalog) (map[str
 	if err != nil {
 		problems = append(problems, "reservations after the sweeper's pass: "+err.Error())
 	}
+	swept := time.Since(began)
 	if err := waitUntil(ctx, 90*time.Second, func() error {
 		out, err := c.stack.tool(ctx, "audit", "--json", reservationBucket)
 		if err != nil {
@@ -183,6 +185,8 @@ func (c *Campaign) finishReservations(ctx context.Context, db *catalog) (map[str
 		return nil
 	})
 	problems = append(problems, last...)
+	c.logf("reservations: all ended and swept %s after the final reads, audited and checked after %s: %d problems",
+		swept.Round(100*time.Millisecond), time.Since(began).Round(100*time.Millisecond), len(last))
 	for _, r := range st.Rows {
 		counts["at the end: "+r.State]++
 		if r.State == "committed" && r.Released {
