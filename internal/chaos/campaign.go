@@ -58,6 +58,10 @@ type Config struct {
 	// Reservations is how many reservation workers run beside the clients
 	// (reservations.go; default 2, negative for none).
 	Reservations int
+	// LateReservationPuts: the store-late fault holds PUTs under a
+	// reservation only (`make chaos CHAOS_LATE=reservations`): bytes that
+	// may reach the store after their reservation ended and was swept.
+	LateReservationPuts bool
 }
 
 // Report is what a campaign found.

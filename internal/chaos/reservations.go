@@ -178,7 +178,7 @@ func (w *reservationWorker) one(work context.Context, plan string) {
 	body := bodyOf(value)
 	size := int64(len(body))
 	q := reservations.CreateRequest{Bucket: reservationBucket, Account: reservationAccount,
-		Expires: fmt.Sprintf("%dms", 3000+w.rng.IntN(5000))}
+		Expires: fmt.Sprintf("%dms", 3000+w.rng.IntN(12000))}
 	if w.rng.IntN(2) == 0 {
 		q.Key = "k/" + value
 	} else {
@@ -377,6 +377,12 @@ func (w *reservationWorker) remove(ctx context.Context, res reservations.Reserva
 		return
 	}
 	log.count(what + " ok")
+}
+
+// reservationPuts matches the store requests that publish bytes under a
+// reservation: PutObjects of the workload's bucket.
+func reservationPuts(r *http.Request) bool {
+	return putObjects(r) && strings.HasPrefix(r.URL.Path, "/"+reservationBucket+"/")
 }
 
 var xmlCode = regexp.MustCompile(`<Code>([^<]+)</Code>`)

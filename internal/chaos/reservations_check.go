@@ -146,7 +146,12 @@ func (c *Campaign) finishReservations(ctx context.Context, db *catalog) (map[str
 	problems = append(problems, l.violations...)
 	l.mu.Unlock()
 
-	err := waitUntil(ctx, 120*time.Second, func() error {
+	logged := false
+	err := waitUntil(ctx, 180*time.Second, func() error {
+		if !logged && time.Since(began) > 30*time.Second {
+			logged = true
+			c.logf("reservations: still waiting for the sweeper after 30 s: %s", stuckReservations(ctx, db))
+		}
 		var live, unswept int
 		if err := db.pool.QueryRow(ctx, `SELECT count(*) FILTER (WHERE state = 'reserved'),
 				count(*) FILTER (WHERE state IN ('expired', 'cancelled') AND swept_at IS NULL)
@@ -154,7 +159,7 @@ func (c *Campaign) finishReservations(ctx context.Context, db *catalog) (map[str
 			return err
 		}
 		if live+unswept > 0 {
-			return fmt.Errorf("%d reservations live, %d ended and not swept", live, unswept)
+			return fmt.Errorf("%d reservations live, %d ended and not swept: %s", live, unswept, stuckReservations(ctx, db))
 		}
 		return nil
 	})
@@ -194,6 +199,35 @@ func (c *Campaign) finishReservations(ctx context.Context, db *catalog) (map[str
 		}
 	}
 	return counts, problems
+}
+
+// stuckReservations describes a few of the reservations the end waits for.
+func stuckReservations(ctx context.Context, db *catalog) string {
+	rows, err := db.pool.Query(ctx, `SELECT reservation_id::text, key, state, tries, coalesce(last_error, ''),
+			coalesce(to_char(claimed_until - clock_timestamp(), 'SS.MS'), '-'),
+			(SELECT string_agg(t.state, ',') FROM reservation_attempts a JOIN attempts t USING (attempt_id)
+				WHERE a.reservation_id = r.reservation_id)
+		FROM reservations r WHERE bucket = $1 AND (state = 'reserved' OR state IN ('expired', 'cancelled') AND swept_at IS NULL)
+		ORDER BY created_at LIMIT 5`, reservationBucket)
+	if err != nil {
+		return err.Error()
+	}
+	defer rows.Close()
+	var out []string
+	for rows.Next() {
+		var id, key, state, lastErr, claimLeft string
+		var attempts *string
+		var tries int
+		if err := rows.Scan(&id, &key, &state, &tries, &lastErr, &claimLeft, &attempts); err != nil {
+			return err.Error()
+		}
+		a := "none"
+		if attempts != nil {
+			a = *attempts
+		}
+		out = append(out, fmt.Sprintf("%s %s %s (tries %d, claim left %s s, attempts %s, last error %q)", id, key, state, tries, claimLeft, a, firstWords(lastErr, 12)))
+	}
+	return strings.Join(out, "; ")
 }
 
 // reservationState reads the workload's reservations, its bucket's catalog
