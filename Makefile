@@ -144,7 +144,7 @@ CHAOS_STACK    ?=
 CHAOS_FAULTS   ?=
 CHAOS_LATE     ?=
 chaos: build
-	scripts/ensure-deps.sh
+	scripts/ensure-deps.sh --chaos
 	FENCEGATE_CHAOS_DURATION='$(CHAOS_DURATION)' FENCEGATE_CHAOS_SEED='$(CHAOS_SEED)' FENCEGATE_CHAOS_DIR='$(CURDIR)/bin/chaos' \
 		FENCEGATE_CHAOS_STACK='$(CHAOS_STACK)' FENCEGATE_CHAOS_FAULTS='$(CHAOS_FAULTS)' FENCEGATE_CHAOS_LATE='$(CHAOS_LATE)' \
 		$(GO) test -tags $(TEST_TAGS) -count=1 -v -timeout 0 -run '^TestChaosCampaign$$' ./conformance

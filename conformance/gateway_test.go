@@ -8,6 +8,7 @@ import (
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/pem"
+	"fmt"
 	"io"
 	"log/slog"
 	"math/big"
@@ -107,6 +108,30 @@ func packageKeys(t *testing.T) *meta.Keys {
 	return metaKeys
 }
 
+var (
+	probeOnce   sync.Once
+	probeResult gateway.ProbeResult
+	probeErr    error
+)
+
+// packageProbe is the start-up probe's result on the run's SeaweedFS, run once
+// by the first gateway that asks (srv).
+func packageProbe(t *testing.T, srv *gateway.Server) gateway.ProbeResult {
+	t.Helper()
+	probeOnce.Do(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		probeResult, probeErr = srv.Probe(ctx, "fencegate-probe")
+		if probeErr == nil && !probeResult.Fenced() {
+			probeErr = fmt.Errorf("the probe finds SeaweedFS unfenced: %s", probeResult)
+		}
+	})
+	if probeErr != nil {
+		t.Fatal(probeErr)
+	}
+	return probeResult
+}
+
 func startGateway(t *testing.T, o gatewayOptions) *testGateway {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
@@ -178,6 +203,11 @@ func startGateway(t *testing.T, o gatewayOptions) *testGateway {
 		t.Fatal(err)
 	}
 	reservationChecks.Objects = srv.Store()
+	if o.Store == nil {
+		// What `fencegate serve` learns at start-up: the probe's result on
+		// this run's SeaweedFS, proven once (spooled bodies travel plain).
+		srv.ApplyProbe(packageProbe(t, srv))
+	}
 	var svc *lease.Service
 	if o.Reconcile > 0 {
 		lc := lease.LifecycleConfig{Kinds: []string{lease.KindUnresolved}}

@@ -20,6 +20,7 @@ import (
 
 const (
 	unsignedTrailer = "STREAMING-UNSIGNED-PAYLOAD-TRAILER"
+	unsignedPayload = "UNSIGNED-PAYLOAD"
 	// maxSmallBody bounds XML documents (DeleteObjects of 1,000 long keys is
 	// about 1.1 MB).
 	maxSmallBody = 8 << 20
@@ -112,7 +113,10 @@ type upstream struct {
 	// handed to the store client yet: a write refused before it is sent (a
 	// lease conflict, a wait run out) closes it in finish, or its hold on
 	// the spool would never end. Once sent, the store client closes it.
-	unsent       io.Closer
+	unsent io.Closer
+	// plain: the spooled body travels as it is, its CRC32 in an
+	// x-amz-checksum-crc32 header, not framed as aws-chunked (sendsPlain).
+	plain        bool
 	trailerName  string
 	trailerValue trailerSource
 	// declaredChecksum is the body checksum known before the store is asked,
@@ -140,9 +144,11 @@ func (u *upstream) rewind() {
 	}
 }
 
-// sendSpooled frames the spooled body as aws-chunked with its trailer, as a
-// streamed one is (W9 holds by construction: the store gets a checkable
-// encoding), for one sending.
+// sendSpooled readies the spooled body for one sending: plain, its checksum
+// in a header (u.plain), or framed as aws-chunked with its trailer as a
+// streamed body is. Either way W9 holds: the store checks what it gets against
+// the checksum and refuses a body cut short (the start-up probe proved it
+// for the plain form before any body is sent so, probe.go).
 func (u *upstream) sendSpooled() {
 	if u.trailerValue == nil {
 		// fencegate's own checksum was computed as the body was spooled.
@@ -150,12 +156,63 @@ func (u *upstream) sendSpooled() {
 		u.trailerValue = func() (string, error) { return sum, nil }
 	}
 	body := u.spooled.reader()
-	u.enc = newChunkEncoder(body, u.spooled.n, u.trailerName, u.trailerValue)
 	u.unsent = body
+	if u.plain {
+		u.enc = nil
+		u.req.Body = body
+		return
+	}
+	u.enc = newChunkEncoder(body, u.spooled.n, u.trailerName, u.trailerValue)
 	u.req.Body = struct {
 		io.Reader
 		io.Closer
 	}{u.enc, body}
+}
+
+// sendsPlain decides how a spooled body travels: plain with its checksum as a
+// header when the probe proved the store checks a CRC32 header and refuses a
+// plain body cut short, and the checksum is a CRC32 known now (fencegate's
+// own, or the client's). The store then reads no aws-chunked framing and
+// fencegate writes none (docs/COST.md). Any other checksum keeps the trailer.
+func (s *Server) sendsPlain(u *upstream) bool {
+	if !s.plainChecksums.Load() || u.trailerName != "x-amz-checksum-crc32" {
+		return false
+	}
+	if u.trailerValue == nil {
+		return true
+	}
+	_, err := u.trailerValue()
+	return err == nil
+}
+
+// frame sets the headers that say how a body of n bytes travels (sendSpooled
+// or a streamed body's encoder): its length, and either the checksum header
+// or the aws-chunked encoding with the trailer it announces. The client's
+// own Content-Encoding (gzip, say) is kept after aws-chunked.
+func (u *upstream) frame(n int64) {
+	h := u.req.Header
+	var encodings []string
+	for k, v := range h {
+		if strings.EqualFold(k, "Content-Encoding") {
+			encodings = append(encodings, v...)
+			delete(h, k)
+		}
+	}
+	if u.plain {
+		sum, _ := u.trailerValue() // sendsPlain saw it known
+		h.Set(u.trailerName, sum)
+		u.req.ContentLength = n
+		u.payloadHash = unsignedPayload
+	} else {
+		u.req.ContentLength = encodedLength(n, u.trailerName)
+		h.Set("X-Amz-Decoded-Content-Length", strconv.FormatInt(n, 10))
+		h.Set("X-Amz-Trailer", u.trailerName)
+		encodings = append([]string{"aws-chunked"}, encodings...)
+		u.payloadHash = unsignedTrailer
+	}
+	if len(encodings) > 0 {
+		h["Content-Encoding"] = []string{strings.Join(encodings, ",")}
+	}
 }
 
 // bodyComplete reports whether the store could have received a whole body: a
@@ -221,7 +278,6 @@ func (s *Server) buildUpstream(ctx *fasthttp.RequestCtx, r *request) (*upstream,
 			cancel()
 			return nil, e
 		}
-		u.payloadHash = unsignedTrailer
 		return u, nil
 	}
 	body, err := s.smallBody(ctx, r)
@@ -412,6 +468,7 @@ func (s *Server) streamedBody(ctx *fasthttp.RequestCtx, r *request, u *upstream)
 			return bodyError(err)
 		}
 		u.spooled = body
+		u.plain = s.sendsPlain(u)
 		u.sendSpooled()
 		if u.declaredChecksum == "" {
 			// The whole body is here, so is its checksum (the client's
@@ -426,17 +483,7 @@ func (s *Server) streamedBody(ctx *fasthttp.RequestCtx, r *request, u *upstream)
 		u.enc = newChunkEncoder(guard, n, trailerName, trailerValue)
 		up.Body = io.NopCloser(u.enc)
 	}
-	up.ContentLength = encodedLength(n, trailerName)
-	up.Header.Set("X-Amz-Decoded-Content-Length", strconv.FormatInt(n, 10))
-	up.Header.Set("X-Amz-Trailer", trailerName)
-	encodings := []string{"aws-chunked"}
-	for k, v := range up.Header {
-		if strings.EqualFold(k, "Content-Encoding") {
-			encodings = append(encodings, v...)
-			delete(up.Header, k)
-		}
-	}
-	up.Header["Content-Encoding"] = []string{strings.Join(encodings, ",")}
+	u.frame(n)
 	r.bytesIn = n
 	return nil
 }

@@ -244,8 +244,9 @@ func (s *Server) postObject(ctx *fasthttp.RequestCtx, r *request) *apiError {
 }
 
 // postUpstream is the PutObject the file goes to the store as: the form's
-// object fields as headers, the spooled file aws-chunked with its trailing
-// checksum (the form's x-amz-checksum-*, else a CRC32 fencegate computes).
+// object fields as headers, the spooled file with its checksum (the form's
+// x-amz-checksum-*, else a CRC32 fencegate computes) as a spooled PutObject
+// body travels (forward.go, sendSpooled).
 func (s *Server) postUpstream(r *request, body *spooled, headers http.Header, post *sigv4.PostObject) (*upstream, *apiError) {
 	uctx, cancel := context.WithCancel(context.Background())
 	r.cancelUpstream = cancel
@@ -267,15 +268,9 @@ func (s *Server) postUpstream(r *request, body *spooled, headers http.Header, po
 			u.trailerName, u.trailerValue = f.Name, func() (string, error) { return val, nil }
 		}
 	}
+	u.plain = s.sendsPlain(u)
 	u.sendSpooled()
-	req.ContentLength = encodedLength(body.n, u.trailerName)
-	req.Header.Set("X-Amz-Decoded-Content-Length", strconv.FormatInt(body.n, 10))
-	req.Header.Set("X-Amz-Trailer", u.trailerName)
-	enc := "aws-chunked"
-	if ce := req.Header.Get("Content-Encoding"); ce != "" {
-		enc += "," + ce
-	}
-	req.Header.Set("Content-Encoding", enc)
+	u.frame(body.n)
 	return u, nil
 }
 

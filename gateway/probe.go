@@ -5,8 +5,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"hash/crc32"
 	"io"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -19,6 +21,15 @@ import (
 // were proven at start-up (docs/DESIGN.md, W3 and W9).
 type ProbeResult struct {
 	Checks []ProbeCheck
+	// Optional checks decide a cheaper way to send, never whether writes
+	// are fenced: a failed one keeps the costlier way (PlainChecksums).
+	Optional []ProbeCheck
+	// KeepsBackslash: the store keeps `a\b` and "a/b" apart (keyname.go).
+	KeepsBackslash bool
+	// PlainChecksums: the store refuses a plain PUT whose body does not
+	// match its x-amz-checksum-crc32 header or is cut short, so spooled
+	// bodies may travel plain (forward.go, sendsPlain).
+	PlainChecksums bool
 }
 
 // ProbeCheck is one proven (or refuted) behaviour.
@@ -40,10 +51,13 @@ func (p ProbeResult) Fenced() bool {
 
 func (p ProbeResult) String() string {
 	var b strings.Builder
-	for _, c := range p.Checks {
+	for i, c := range append(slices.Clip(p.Checks), p.Optional...) {
 		mark := "ok"
 		if !c.OK {
 			mark = "FAILED"
+		}
+		if i >= len(p.Checks) {
+			mark += ", optional"
 		}
 		fmt.Fprintf(&b, "%s: %s", c.Name, mark)
 		if c.Note != "" {
@@ -105,9 +119,90 @@ func (s *Server) Probe(ctx context.Context, bucket string) (ProbeResult, error) 
 	ok, note = p.truncated(ctx)
 	add("aws-chunked body cut short is not published", ok, note)
 
-	p.s.keepsBackslash.Store(p.keepsBackslash(ctx))
+	ok, note = p.plainChecked(ctx)
+	res.Optional = append(res.Optional, ProbeCheck{"plain body not matching its x-amz-checksum-crc32, or cut short, is not published", ok, note})
+	res.PlainChecksums = ok
+	res.KeepsBackslash = p.keepsBackslash(ctx)
+	p.s.ApplyProbe(res)
 	return res, nil
 }
+
+// ApplyProbe makes the server send as res learnt of its store. Probe applies
+// its own result; a result holds for every server in front of the same store.
+func (s *Server) ApplyProbe(res ProbeResult) {
+	s.keepsBackslash.Store(res.KeepsBackslash)
+	s.plainChecksums.Store(res.PlainChecksums)
+}
+
+// plainChecked learns whether a spooled body may travel plain with its CRC32
+// in a header (W9): the store stores a plain body whose checksum matches, and
+// publishes nothing of one whose checksum does not match or that breaks off
+// before its Content-Length.
+func (p *prober) plainChecked(ctx context.Context) (bool, string) {
+	body := []byte("fencegate plain checksum probe")
+	good := crc32Value(body)
+	if st, err := p.plainPut(ctx, p.prefix+"plain", bytes.NewReader(body), int64(len(body)), good); st != 200 {
+		return false, "a plain PUT with its right x-amz-checksum-crc32: " + statusNote(st) + errNote(err)
+	}
+	key := p.prefix + "plain-mismatch"
+	st, err := p.plainPut(ctx, key, bytes.NewReader(body), int64(len(body)), crc32Value([]byte("another body")))
+	if st != 400 {
+		return false, "a plain PUT with a mismatched x-amz-checksum-crc32: " + statusNote(st) + errNote(err)
+	}
+	if ok, note := p.absent(ctx, key); !ok {
+		return false, "a plain PUT with a mismatched x-amz-checksum-crc32 " + note
+	}
+	const n = 256 << 10
+	key = p.prefix + "plain-cut"
+	p.plainPut(ctx, key, &cutReader{left: n / 2}, n, crc32Value(bytes.Repeat([]byte("x"), n)))
+	time.Sleep(200 * time.Millisecond) // let the store finish with the cut request
+	if ok, note := p.absent(ctx, key); !ok {
+		return false, "a plain PUT cut short " + note
+	}
+	return true, ""
+}
+
+// plainPut sends body (n bytes declared) as a plain, unsigned-payload PUT with
+// sum as its x-amz-checksum-crc32, as sendsPlain sends a spooled body.
+func (p *prober) plainPut(ctx context.Context, key string, body io.Reader, n int64, sum string) (int, error) {
+	ctx, cancel := context.WithTimeout(ctx, probeRequestTimeout)
+	defer cancel()
+	req, err := p.s.store.NewRequest(ctx, http.MethodPut, store.LevelObject, p.bucket, key, "")
+	if err != nil {
+		return 0, err
+	}
+	req.Body, req.ContentLength = io.NopCloser(body), n
+	req.Header.Set("X-Amz-Checksum-Crc32", sum)
+	p.written = append(p.written, key)
+	resp, err := p.s.store.Send(req, unsignedPayload)
+	if err != nil {
+		return 0, err
+	}
+	io.Copy(io.Discard, io.LimitReader(resp.Body, 1<<20))
+	resp.Body.Close()
+	return resp.StatusCode, nil
+}
+
+// absent reports whether key is not stored ("published N bytes" if it is).
+func (p *prober) absent(ctx context.Context, key string) (bool, string) {
+	obj, err := p.s.store.Head(ctx, p.bucket, key)
+	if err != nil {
+		return false, err.Error()
+	}
+	if obj.Exists {
+		return false, fmt.Sprintf("was published (%d bytes)", obj.Size)
+	}
+	return true, ""
+}
+
+func errNote(err error) string {
+	if err == nil {
+		return ""
+	}
+	return " (" + err.Error() + ")"
+}
+
+func crc32Value(b []byte) string { return crc32Header(crc32.ChecksumIEEE(b)) }
 
 // keepsBackslash learns whether the store keeps `a\b` and "a/b" apart. A
 // filer-backed store may read a backslash as a path separator; then keys with
@@ -277,12 +372,8 @@ func (p *prober) truncated(ctx context.Context) (bool, string) {
 		resp.Body.Close()
 	}
 	time.Sleep(200 * time.Millisecond) // let the store finish with the cut request
-	obj, err := p.s.store.Head(ctx, p.bucket, key)
-	if err != nil {
-		return false, err.Error()
-	}
-	if obj.Exists {
-		return false, fmt.Sprintf("the store published %d of %d bytes", obj.Size, n)
+	if ok, note := p.absent(ctx, key); !ok {
+		return false, "the cut body " + note
 	}
 	return true, ""
 }

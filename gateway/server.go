@@ -186,6 +186,10 @@ type Server struct {
 	// keepsBackslash: the probe proved the store keeps '\' in keys distinct
 	// from '/' (keyname.go).
 	keepsBackslash atomic.Bool
+	// plainChecksums: the probe proved the store checks an
+	// x-amz-checksum-crc32 header and refuses a plain body cut short, so
+	// spooled bodies travel plain (forward.go, sendsPlain).
+	plainChecksums atomic.Bool
 	// fencingUnproven is why the store's fencing is unproven (the probe failed
 	// or was skipped); "" when it was proven. Every write then says so.
 	fencingUnproven atomic.Pointer[string]

@@ -188,9 +188,12 @@ func (sp *spool) fill(src io.Reader, n int64) (*spooled, error) {
 }
 
 // checksum is the body's CRC32 as an x-amz-checksum-crc32 value.
-func (s *spooled) checksum() string {
+func (s *spooled) checksum() string { return crc32Header(s.crc) }
+
+// crc32Header is a CRC32 as an x-amz-checksum-crc32 header carries it.
+func crc32Header(sum uint32) string {
 	var b [4]byte
-	binary.BigEndian.PutUint32(b[:], s.crc)
+	binary.BigEndian.PutUint32(b[:], sum)
 	return base64.StdEncoding.EncodeToString(b[:])
 }
 

@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/fencegate/fencegate/internal/stack"
 	"github.com/fencegate/fencegate/lease"
 )
@@ -65,6 +67,12 @@ func TestMeasureCommitCost(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	// A schema variant to compare (an index dropped, a fillfactor), as SQL.
+	if v := os.Getenv("FENCEGATE_MEASURE_SQL"); v != "" {
+		if _, err := pool.Exec(ctx, v); err != nil {
+			t.Fatal(err)
+		}
+	}
 	if v := os.Getenv("FENCEGATE_MEASURE_SET"); v != "" {
 		for _, set := range strings.Split(v, ";") {
 			if _, err := pool.Exec(ctx, "ALTER SYSTEM SET "+set); err != nil {
@@ -92,6 +100,7 @@ func TestMeasureCommitCost(t *testing.T) {
 		workers := run.workers
 		calls0, batches0, _ := c.BatchStats()
 		var n atomic.Int64
+		rows0, wal0 := rowVersions(t, pool)
 		cpu0, tx0, self0 := groupCPU(pg.Pid()), writeTxns(t, c), selfCPU()
 		stop := time.Now().Add(dur)
 		var wg sync.WaitGroup
@@ -128,7 +137,42 @@ func TestMeasureCommitCost(t *testing.T) {
 		}
 		t.Logf("%2d writers, %s: %.0f writes/s, PostgreSQL CPU %.3f ms/write, write transactions %.2f/write, this process (the gateway's side of the calls) %.3f ms/write",
 			workers, mode, ops/dur.Seconds(), 1000*cpu/ops, float64(writeTxns(t, c)-tx0)/ops, 1000*self/ops)
+		rows1, wal1 := rowVersions(t, pool)
+		var per []string
+		for _, tb := range []string{"leases", "attempts", "generations", "catalog", "outbox"} {
+			d := [3]int64{rows1[tb][0] - rows0[tb][0], rows1[tb][1] - rows0[tb][1], rows1[tb][2] - rows0[tb][2]}
+			per = append(per, fmt.Sprintf("%s ins %.2f upd %.2f (HOT %.2f)", tb, float64(d[0])/ops, float64(d[1])/ops, float64(d[2])/ops))
+		}
+		t.Logf("   per write: WAL %.0f bytes; %s", float64(wal1-wal0)/ops, strings.Join(per, "; "))
 	}
+}
+
+// rowVersions is, per table, the rows inserted, updated and updated HOT
+// (pg_stat_user_tables), and the WAL position in bytes. The pool's
+// connections are closed first: a backend reports its counts as it exits.
+func rowVersions(t *testing.T, pool *pgxpool.Pool) (map[string][3]int64, int64) {
+	t.Helper()
+	ctx := context.Background()
+	pool.Reset()
+	time.Sleep(500 * time.Millisecond)
+	rows, err := pool.Query(ctx, `SELECT relname::text, n_tup_ins, n_tup_upd, n_tup_hot_upd FROM pg_stat_user_tables`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := map[string][3]int64{}
+	for rows.Next() {
+		var name string
+		var v [3]int64
+		if err := rows.Scan(&name, &v[0], &v[1], &v[2]); err != nil {
+			t.Fatal(err)
+		}
+		m[name] = v
+	}
+	var wal int64
+	if err := pool.QueryRow(ctx, `SELECT pg_current_wal_lsn() - '0/0'::pg_lsn`).Scan(&wal); err != nil {
+		t.Fatal(err)
+	}
+	return m, wal
 }
 
 // selfCPU is this process's user and system CPU seconds.

@@ -840,8 +840,6 @@ CREATE UNIQUE INDEX attempts_upload ON public.attempts USING btree (upload_id) W
 
 CREATE INDEX attempts_upload_attempt ON public.attempts USING btree (upload_attempt) WHERE (upload_attempt IS NOT NULL);
 
-CREATE INDEX leases_session ON public.leases USING btree (session) WHERE (session IS NOT NULL);
-
 CREATE INDEX notify_dead_letters_target ON public.notify_dead_letters USING btree (target, id);
 
 CREATE INDEX notify_queue_due ON public.notify_queue USING btree (target, next_at);

@@ -2,8 +2,9 @@
 # Installs what a fresh machine lacks for `make run` (PostgreSQL's server
 # binaries) and, with --clients, for `make test` (the unmodified S3 clients the
 # conformance suite drives: Debian's aws cli v2, rclone and s3cmd, HAProxy, chromium, nats-server, and
-# @aws-sdk/client-s3 for Node), and with --cluster for `make cluster` (HAProxy and
-# PgBouncer). Quiet when everything is there.
+# @aws-sdk/client-s3 for Node), with --cluster for `make cluster` (HAProxy and
+# PgBouncer), and with --chaos for `make chaos` (nats-server, the campaign's
+# NATS JetStream notification target). Quiet when everything is there.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -32,6 +33,13 @@ if [ "${1:-}" = --clients ] || [ "${1:-}" = --cluster ]; then
 		echo "ensure-deps: installing ${pkgs[*]}"
 		apt_install "${pkgs[@]}"
 	fi
+fi
+
+if [ "${1:-}" = --chaos ]; then
+	command -v nats-server >/dev/null || [ -x /usr/sbin/nats-server ] || {
+		echo "ensure-deps: installing nats-server"
+		apt_install nats-server
+	}
 fi
 
 if [ "${1:-}" = --clients ]; then

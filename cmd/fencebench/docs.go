@@ -149,6 +149,9 @@ func markdown(m machine, recs []Record) string {
 				stats{r.CPUSPerOp * 1000, r.CPUSPerOpMin * 1000, r.CPUSPerOpMax * 1000}, num(r.StoreCPUSPerOp*1000), dbCPUms(*r), num(r.DBWriteTxnsPerOp))
 		}
 	}
+	if line := notifySummary(recs); line != "" {
+		p("\n%s\n", line)
+	}
 
 	p("\n## Where the CPU goes\n\n")
 	p("Every process of a run shares the two cores, so when they are all busy the throughput of a target is bounded by the CPU all processes spend per operation. ")

@@ -195,6 +195,7 @@ type sample struct {
 	cpu, storeCPU, dbCPU, client float64 // seconds: gateway (or store for direct), store, PostgreSQL, this client
 	dbWrites                     int64   // PostgreSQL write transactions
 	firstErr                     error
+	notify                       *notifySample // the notification cell's delivery (notifybench.go)
 }
 
 func (s sample) opsPerS() float64 { return float64(s.ops) / s.elapsed.Seconds() }
@@ -214,6 +215,10 @@ func runCell(ctx context.Context, t target, pg procGroups, c cell, dur time.Dura
 	var s sample
 	xid0 := pg.xids()
 	cpu0, store0, db0, client0 := groupCPU(t.pgid), groupCPU(pg.store), groupCPU(pg.db), selfCPU()
+	hookFrom := 0
+	if c.op == opPUTNotify {
+		hookFrom = hook.count()
+	}
 	start := time.Now()
 	deadline := start.Add(dur)
 	var wg sync.WaitGroup
@@ -240,6 +245,8 @@ func runCell(ctx context.Context, t target, pg procGroups, c cell, dur time.Dura
 					err = cl.put(ctx, fmt.Sprintf("hot4/%s/%d/%d", t.name, c.size, w%hotKeys), data, buf)
 				case opReserve:
 					err = cl.reservePut(ctx, fmt.Sprintf("resv/%d/%d", c.size, w), data, buf)
+				case opPUTNotify:
+					err = cl.putNotify(ctx, w, data, buf)
 				case opMultipart:
 					err = cl.multipart(ctx, fmt.Sprintf("mpu/%s/%d", t.name, w), data, buf)
 				}
@@ -271,6 +278,10 @@ func runCell(ctx context.Context, t target, pg procGroups, c cell, dur time.Dura
 	if len(all) > 0 {
 		s.p50 = all[(len(all)-1)*50/100]
 		s.p99 = all[(len(all)-1)*99/100]
+	}
+	if c.op == opPUTNotify {
+		ns := drainNotify(ctx, hookFrom, s.ops, start)
+		s.notify = &ns
 	}
 	return s
 }

@@ -161,6 +161,8 @@ func workload(quick bool) []cell {
 			cells = append(cells, cell{opPUTHot, 64 << 10, 32}, cell{opPUTHot4, 64 << 10, 32})
 			// Upload reservations (reserve.go), beside the plain PUT 64 KiB c=32.
 			cells = append(cells, reserveCell)
+			// The small PUT with its events delivered to a webhook (notifybench.go).
+			cells = append(cells, notifyCell)
 		}
 	}
 	cells = append(cells, cell{opMultipart, partSize * partCount, 1})
@@ -203,6 +205,12 @@ func run(ctx context.Context, o options) (err error) {
 	}
 	if err := seed(ctx, s.targets[0], cells, payload); err != nil {
 		return fmt.Errorf("seeding: %w", err)
+	}
+	if slices.Contains(cells, notifyCell) {
+		if err := setUpNotify(ctx, s); err != nil {
+			return fmt.Errorf("the notification cell: %w", err)
+		}
+		defer stopNotify()
 	}
 
 	if o.perfDir != "" {

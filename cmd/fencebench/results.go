@@ -67,6 +67,9 @@ type Record struct {
 	RSSIdleMiB   *float64 `json:"rss_idle_mib,omitempty"`
 	RSSPeakMiB   *float64 `json:"rss_peak_mib,omitempty"`
 	RSSGrowthMiB *float64 `json:"rss_growth_mib,omitempty"`
+
+	// The notification cell only (notifybench.go).
+	Notify *NotifyFigures `json:"notify,omitempty"`
 }
 
 // stats is a median with its min and max.
@@ -138,6 +141,7 @@ func aggregate(targetName string, c cell, ss []sample) Record {
 	r.CPUSPerOp, r.CPUSPerOpMin, r.CPUSPerOpMax = round6(cs.med), round6(cs.min), round6(cs.max)
 	r.StoreCPUSPerOp, r.DBCPUSPerOp, r.ClientCPUSPerOp = round6(summarize(store).med), round6(summarize(db).med), round6(summarize(client).med)
 	r.CellSeconds = round3(r.CellSeconds)
+	r.Notify = aggregateNotify(ss)
 	if r.OpsTotal > 0 {
 		r.DBWriteTxnsPerOp = round3(float64(writes) / float64(r.OpsTotal))
 	}
@@ -222,6 +226,8 @@ func cellLabel(c cell) string {
 		return fmt.Sprintf("%s (%d keys, client i: key i%%%d)", c, hotKeys, hotKeys)
 	case opReserve:
 		return fmt.Sprintf("reserve + PUT %s + complete c=%d", sizeLabel(c.size), c.conc)
+	case opPUTNotify:
+		return fmt.Sprintf("PUT %s c=%d, events to a webhook", sizeLabel(c.size), c.conc)
 	}
 	return fmt.Sprintf("%s %s c=%d", c.op, sizeLabel(c.size), c.conc)
 }
@@ -245,6 +251,9 @@ func printTables(w io.Writer, recs []Record) {
 	}
 	tw.Flush()
 	fmt.Fprintln(w, "(gateway CPU for direct is SeaweedFS's weed process itself, for relay fencebench's bare TCP relay; PostgreSQL write txns/op counts transaction ids taken during the cell, over all its rounds)")
+	if line := notifySummary(recs); line != "" {
+		fmt.Fprintln(w, line)
+	}
 
 	if rows := hopRows(recs); len(rows) > 0 {
 		fmt.Fprintln(w, "\nWhat any gateway pays here: a bare TCP relay in front of the store (bytes copied both ways, no HTTP), and one writer at a time on the hot key; median [min-max]")
@@ -330,7 +339,7 @@ func checks(recs []Record) []check {
 	for _, c := range all {
 		if c.op == opGET {
 			gets = append(gets, c)
-		} else if c.op != opReserve { // through fencegate only: no ratio to judge
+		} else if c.op != opReserve && c.op != opPUTNotify { // fencegate only: reported (reserve.go) or judged by notifyCheck
 			puts = append(puts, c)
 		}
 	}
@@ -364,7 +373,7 @@ func checks(recs []Record) []check {
 	for i := range out {
 		out[i].source = srcDesign
 	}
-	return append(append(out, rss), issue15Checks(recs)...)
+	return append(append(append(out, rss), issue15Checks(recs)...), notifyCheck(recs))
 }
 
 func ratioCheck(recs []Record, name, den string, min float64, cs []cell) check {

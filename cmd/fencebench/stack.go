@@ -35,6 +35,8 @@ type benchStack struct {
 	fg        *stack.Fencegate
 	relay     *relay
 	fgClient  stack.Endpoint // fencegate's S3 API and the benchmark's key
+	fgEnv     []string       // fencegate's configuration, for its subcommands (`targets add`)
+	fgBin     string
 	pgPgid    int
 	vgwPgid   int
 	targets   []target
@@ -106,6 +108,7 @@ func startStack(ctx context.Context, s *benchStack, prebuilt, logLevel string) e
 	if err := errors.Join(buildErr, pgErr, swErr); err != nil {
 		return err
 	}
+	s.fgBin = fgBin
 	s.masterURL = fmt.Sprintf("http://127.0.0.1:%d", s.sw.Ports.Master)
 	s.pgPgid = childPid("postgres")
 
@@ -118,7 +121,7 @@ func startStack(ctx context.Context, s *benchStack, prebuilt, logLevel string) e
 	if s.dbURL, err = stack.CreateDatabase(ctx, s.pg.URL("postgres"), "fencebench"); err != nil {
 		return err
 	}
-	if s.fg, s.fgClient, err = startFencegate(ctx, fgBin, s.tmp, s.dbURL, s.sw.Endpoint, logLevel); err != nil {
+	if s.fg, s.fgClient, s.fgEnv, err = startFencegate(ctx, fgBin, s.tmp, s.dbURL, s.sw.Endpoint, logLevel); err != nil {
 		return err
 	}
 	if s.db, err = pgx.Connect(ctx, s.dbURL); err != nil {
@@ -196,8 +199,9 @@ func (s *benchStack) ownCPU() float64 {
 
 // startFencegate migrates the benchmark's database, creates the client key
 // and starts `fencegate serve` (in its own process group, whose CPU counts as
-// the gateway's). It returns the process and the endpoint clients use.
-func startFencegate(ctx context.Context, bin, dir, dbURL string, store stack.Endpoint, logLevel string) (*stack.Fencegate, stack.Endpoint, error) {
+// the gateway's). It returns the process, the endpoint clients use and the
+// environment its subcommands run with (`targets add`).
+func startFencegate(ctx context.Context, bin, dir, dbURL string, store stack.Endpoint, logLevel string) (*stack.Fencegate, stack.Endpoint, []string, error) {
 	cfg := stack.ServeConfig{
 		Bin: bin, DatabaseURL: dbURL, ServerKey: meta.NewServerKey(), Store: store, LogLevel: logLevel,
 		LogPath: filepath.Join(dir, "fencegate.log"), Env: []string{"FENCEGATE_MIGRATE=true"}, Ready: "/readyz",
@@ -205,22 +209,22 @@ func startFencegate(ctx context.Context, bin, dir, dbURL string, store stack.End
 	env := cfg.Environ()
 	// The client key: `fencegate migrate`, then `fencegate keys create`.
 	if out, err := stack.RunTool(ctx, bin, env, "migrate"); err != nil {
-		return nil, stack.Endpoint{}, fmt.Errorf("fencegate migrate: %v\n%s", err, out)
+		return nil, stack.Endpoint{}, nil, fmt.Errorf("fencegate migrate: %v\n%s", err, out)
 	}
 	ep, err := stack.CreateAccessKey(ctx, bin, env, "fencebench", "admin:*")
 	if err != nil {
-		return nil, stack.Endpoint{}, err
+		return nil, stack.Endpoint{}, nil, err
 	}
 	// The reservation cell's quota account (reserve.go), far from its limit.
 	if out, err := stack.RunTool(ctx, bin, env, "quota", "set", benchAccount, "--bytes", "1099511627776"); err != nil {
-		return nil, stack.Endpoint{}, fmt.Errorf("fencegate quota set: %v\n%s", err, out)
+		return nil, stack.Endpoint{}, nil, fmt.Errorf("fencegate quota set: %v\n%s", err, out)
 	}
 	fg, err := stack.StartFencegate(ctx, cfg)
 	if err != nil {
-		return nil, stack.Endpoint{}, err
+		return nil, stack.Endpoint{}, nil, err
 	}
 	ep.URL = fg.URL
-	return fg, ep, nil
+	return fg, ep, env, nil
 }
 
 // childPid finds this process's direct child whose command name is comm (the

@@ -80,10 +80,12 @@ type Report struct {
 	Violations   []string       `json:"violations"`
 	// NotLinearizable: the history check found an illegal history (as
 	// opposed to any other violation).
-	NotLinearizable bool          `json:"not_linearizable"`
-	Checked         string        `json:"checked"`
-	Elapsed         time.Duration `json:"elapsed"`
-	Dir             string        `json:"dir"`
+	NotLinearizable bool   `json:"not_linearizable"`
+	Checked         string `json:"checked"`
+	// Notifications: what each notification target got (notifycheck.go).
+	Notifications []NotifyCheck `json:"notifications"`
+	Elapsed       time.Duration `json:"elapsed"`
+	Dir           string        `json:"dir"`
 	// KeepHistory: WriteFiles writes the history of a run that passed too.
 	KeepHistory bool `json:"-"`
 	history     []history.Op
@@ -112,6 +114,7 @@ type Campaign struct {
 	etags   *etagBook
 	sources []string
 	resv    *reservationLog
+	notify  *notifications // the campaign's notification targets (notifications.go)
 
 	mu         sync.Mutex
 	violations []string // found while the campaign runs (the bad-input corpus)
@@ -183,7 +186,11 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	}
 	defer st.stop()
 	c := &Campaign{cfg: cfg, stack: st, etags: newETagBook(), clients: &clients{key: st.client, by: map[string]*s3.Client{}}}
+	defer func() { c.notify.stop() }()
 	if err := c.setUp(ctx); err != nil {
+		return nil, err
+	}
+	if err := c.setUpNotifications(ctx); err != nil {
 		return nil, err
 	}
 	if cfg.Replay == "" {
@@ -335,6 +342,7 @@ func (c *Campaign) finish(ctx context.Context, rep *Report) {
 	var resvProblems []string
 	rep.Reservations, resvProblems = c.finishReservations(ctx, db)
 	problems = append(problems, resvProblems...)
+	problems = append(problems, c.finishNotifications(ctx, db, rep)...)
 
 	ops := c.rec.snapshot()
 	var err2 error
@@ -434,6 +442,9 @@ func (r *Report) Summary() string {
 		b.WriteString("reservations: " + sortedCounts(r.Reservations) + "\n")
 	}
 	b.WriteString("check: " + r.Checked + "\n")
+	for _, n := range r.Notifications {
+		b.WriteString("notifications: " + n.String() + "\n")
+	}
 	if len(r.Violations) == 0 {
 		b.WriteString("no violations\n")
 	} else {

@@ -30,6 +30,8 @@ const (
 	FaultClientDisconnect = "client-disconnect" // PUTs whose client goes away mid-body
 	FaultDirectWrite      = "direct-write"      // PUTs and DELETEs straight at the store, with its own key
 	FaultBadInput         = "bad-input"         // the hostile-request corpus against a gateway
+	FaultReceiverDown     = "receiver-down"     // the webhook target refuses connections or leaves requests unanswered for a while
+	FaultNATSDown         = "nats-down"         // the NATS JetStream target's server killed (or stopped), started again
 	// Only on the cluster stack (Config.Cluster): the primary killed, the
 	// synchronous standby promoted, the dead primary rebuilt as the new
 	// standby (a later one fails back).
@@ -41,6 +43,7 @@ var AllFaults = []string{
 	FaultGatewayKill, FaultGatewayFailpoint, FaultPostgresRestart, FaultStoreRestart,
 	FaultStoreStall, FaultStoreLate, FaultStoreReset, FaultStoreDrop, FaultStoreFail,
 	FaultLeaseBlackhole, FaultClientDisconnect, FaultDirectWrite, FaultBadInput,
+	FaultReceiverDown, FaultNATSDown,
 }
 
 // Fault is one scheduled fault: drawn in advance from the seed (kind, time,
@@ -96,6 +99,10 @@ func schedule(seed uint64, duration, every time.Duration, kinds []string, gatewa
 				f.Pause = ms(rng, 3000, 15000)
 			case FaultClientDisconnect, FaultDirectWrite:
 				f.N = 1 + rng.IntN(4)
+			case FaultReceiverDown:
+				f.Pause = ms(rng, 1000, 8000)
+			case FaultNATSDown:
+				f.Pause = ms(rng, 300, 4000)
 			}
 			out = append(out, f)
 			at += time.Duration(float64(every) * (0.5 + rng.Float64()))
@@ -290,6 +297,8 @@ func (c *Campaign) inject(ctx context.Context, f *Fault) {
 		}
 	case FaultBadInput:
 		f.Detail = c.badInput(ctx, f.Target)
+	case FaultReceiverDown, FaultNATSDown:
+		fail(c.notify.inject(ctx, f))
 	}
 }
 

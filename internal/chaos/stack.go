@@ -87,12 +87,13 @@ const noListenerGateway = 2
 // campaignEnv is how every campaign gateway runs: a reconciler pass every 2 s
 // and multipart Creates of unknown outcome looked for after 5 s, so that what
 // the faults leave is settled within the campaign; writers wait 5 s for a
-// leased key before 503 SlowDown.
-var campaignEnv = []string{
+// leased key before 503 SlowDown; notifications delivered with short
+// timeouts and back-offs (notifyEnv).
+var campaignEnv = append([]string{
 	"FENCEGATE_RECONCILE_INTERVAL=2s",
 	"FENCEGATE_UPLOAD_CREATE_SETTLE=5s",
 	"FENCEGATE_LEASE_WAIT=5s",
-}
+}, notifyEnv...)
 
 func startStack(ctx context.Context, dir, bin string, gateways int, extraEnv []string, cluster bool) (*campaignStack, error) {
 	s := &campaignStack{dir: dir, bin: bin, extraEnv: extraEnv, cluster: cluster}
