@@ -89,6 +89,14 @@ func chaosConfig(t *testing.T, duration time.Duration) chaos.Config {
 	default:
 		t.Fatalf("FENCEGATE_CHAOS_STACK=%q: want single or cluster", v)
 	}
+	// FENCEGATE_CHAOS_LATE=reservations: store-late holds reservation PUTs only.
+	switch v := os.Getenv("FENCEGATE_CHAOS_LATE"); v {
+	case "":
+	case "reservations":
+		cfg.LateReservationPuts = true
+	default:
+		t.Fatalf("FENCEGATE_CHAOS_LATE=%q: want reservations or nothing", v)
+	}
 	// FENCEGATE_CHAOS_FAULTS narrows the kinds (comma-separated).
 	if v := os.Getenv("FENCEGATE_CHAOS_FAULTS"); v != "" {
 		cfg.Faults = strings.Split(v, ",")

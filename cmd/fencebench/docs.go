@@ -119,6 +119,12 @@ func markdown(m machine, recs []Record) string {
 	}
 	p("\n")
 
+	if row, ok := reserveRow(recs); ok {
+		p("## Upload reservations\n\n")
+		p("%s. Against the plain PUT, an upload under a reservation adds the API's create (a durable transaction that also takes the quota), a read of the reservation at admission, the binding of the write's attempt before its bytes go to the store, and the complete (a HEAD at the store, a settle of the key and the complete's transaction); the PUT's own commit moves the reservation to committed in the same transaction (docs/RESERVATIONS.md).\n\n", reserveIntro)
+		p("| %s |\n|%s\n| %s |\n\n", strings.Join(reserveHeader, " | "), strings.Repeat("---|", len(reserveHeader)), strings.Join(row, " | "))
+	}
+
 	p("## Ratios (MiB/s)\n\n")
 	p("| cell | fencegate / direct | fencegate / versitygw |\n|---|---|---|\n")
 	for _, c := range cells(recs) {

@@ -220,3 +220,33 @@ func TestHopRows(t *testing.T) {
 		t.Errorf("printed tables lack the hop table:\n%s", b.String())
 	}
 }
+
+// The reservation cell is reported beside the plain PUT 64 KiB c=32 through
+// fencegate: its throughput ratio paired round by round, and its extra
+// PostgreSQL write transactions per upload; it is judged by no ratio to
+// direct or versitygw, which it does not run against.
+func TestReserveRow(t *testing.T) {
+	put := rec("fencegate", smallPUT, []float64{40, 50, 60}, r3(30), r3(60), r3(0.0003), r3(0.0005))
+	put.DBWriteTxnsPerOp = 2.1
+	res := rec("fencegate", reserveCell, []float64{20, 30, 30}, r3(50), r3(90), r3(0.0006), r3(0.001))
+	res.DBWriteTxnsPerOp = 4.6
+	recs := []Record{rec("direct", smallPUT, r3(80), r3(20), r3(40), r3(0.002), r3(0)), put, res}
+	row, ok := reserveRow(recs)
+	if !ok {
+		t.Fatal("no row with both cells")
+	}
+	if row[1] != "0.5 [0.5-0.6]x" || row[4] != "4.60 / 2.10 (+2.50)" {
+		t.Errorf("row %q: want ratio 0.5 [0.5-0.6]x and write txns 4.60 / 2.10 (+2.50)", row)
+	}
+	if _, ok := reserveRow(recs[:2]); ok {
+		t.Error("a row without the reservation cell")
+	}
+	for _, ch := range checks(recs) {
+		if strings.Contains(ch.worst, "reserve") {
+			t.Errorf("check %q judged on the reservation cell", ch.name)
+		}
+	}
+	if md := markdown(machine{}, recs); !strings.Contains(md, "## Upload reservations") || !strings.Contains(md, row[1]) {
+		t.Error("PERFORMANCE.md has no reservation table")
+	}
+}

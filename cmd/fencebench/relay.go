@@ -133,10 +133,11 @@ func startRelay(ctx context.Context, store stack.Endpoint) (*relay, stack.Endpoi
 	return nil, stack.Endpoint{}, fmt.Errorf("the relay did not start in 10 s")
 }
 
-// runs reports whether target t runs cell c: the relay runs only its cells.
+// runs reports whether target t runs cell c: the relay runs only its cells,
+// the reservation cell runs through fencegate only.
 func (t target) runs(c cell) bool {
-	if c.op == opPUTNotify {
-		return t.name == "fencegate" // notifications are fencegate's
+	if c.op == opReserve || c.op == opPUTNotify {
+		return t.name == "fencegate" // reservations and notifications are fencegate's
 	}
 	return t.name != relayTarget || slices.Contains(relayCells, c)
 }

@@ -224,6 +224,8 @@ func cellLabel(c cell) string {
 		return fmt.Sprintf("%s (one key)", c)
 	case opPUTHot4:
 		return fmt.Sprintf("%s (%d keys, client i: key i%%%d)", c, hotKeys, hotKeys)
+	case opReserve:
+		return fmt.Sprintf("reserve + PUT %s + complete c=%d", sizeLabel(c.size), c.conc)
 	case opPUTNotify:
 		return fmt.Sprintf("PUT %s c=%d, events to a webhook", sizeLabel(c.size), c.conc)
 	}
@@ -272,6 +274,14 @@ func printTables(w io.Writer, recs []Record) {
 	tw.Flush()
 	if tx := findFloor(recs); tx != nil {
 		fmt.Fprintf(w, "(the two transactions: %s pairs/s, PostgreSQL CPU %s ms and %s write txns per pair)\n", num(tx.OpsPerS), num(tx.DBCPUSPerOp*1000), num(tx.DBWriteTxnsPerOp))
+	}
+
+	if row, ok := reserveRow(recs); ok {
+		fmt.Fprintln(w, "\n"+reserveIntro)
+		tw = tabwriter.NewWriter(w, 2, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, strings.Join(reserveHeader, "\t"))
+		fmt.Fprintln(tw, strings.Join(row, "\t"))
+		tw.Flush()
 	}
 
 	fmt.Fprintln(w, "\nRatios of MiB/s, round-paired: median [min-max]")
@@ -329,7 +339,7 @@ func checks(recs []Record) []check {
 	for _, c := range all {
 		if c.op == opGET {
 			gets = append(gets, c)
-		} else if c.op != opPUTNotify { // fencegate only: judged by notifyCheck
+		} else if c.op != opReserve && c.op != opPUTNotify { // fencegate only: reported (reserve.go) or judged by notifyCheck
 			puts = append(puts, c)
 		}
 	}

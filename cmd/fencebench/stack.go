@@ -215,6 +215,10 @@ func startFencegate(ctx context.Context, bin, dir, dbURL string, store stack.End
 	if err != nil {
 		return nil, stack.Endpoint{}, nil, err
 	}
+	// The reservation cell's quota account (reserve.go), far from its limit.
+	if out, err := stack.RunTool(ctx, bin, env, "quota", "set", benchAccount, "--bytes", "1099511627776"); err != nil {
+		return nil, stack.Endpoint{}, nil, fmt.Errorf("fencegate quota set: %v\n%s", err, out)
+	}
 	fg, err := stack.StartFencegate(ctx, cfg)
 	if err != nil {
 		return nil, stack.Endpoint{}, nil, err

@@ -55,6 +55,13 @@ type Config struct {
 	// every gateway on a multi-host URL, and adds FaultPostgresFailover to
 	// the kinds (`make chaos CHAOS_STACK=cluster`, docs/SCALING.md).
 	Cluster bool
+	// Reservations is how many reservation workers run beside the clients
+	// (reservations.go; default 2, negative for none).
+	Reservations int
+	// LateReservationPuts: the store-late fault holds PUTs under a
+	// reservation only (`make chaos CHAOS_LATE=reservations`): bytes that
+	// may reach the store after their reservation ended and was swept.
+	LateReservationPuts bool
 }
 
 // Report is what a campaign found.
@@ -67,7 +74,10 @@ type Report struct {
 	FaultCount map[string]int `json:"fault_counts"`
 	Unknown    map[string]int `json:"unknown_settled"` // unknown outcomes by how they were settled
 	Leftover   map[string]int `json:"attempts_left_unknown"`
-	Violations []string       `json:"violations"`
+	// Reservations: what the reservation workload did and how its
+	// reservations ended (reservations_check.go).
+	Reservations map[string]int `json:"reservations,omitempty"`
+	Violations   []string       `json:"violations"`
 	// NotLinearizable: the history check found an illegal history (as
 	// opposed to any other violation).
 	NotLinearizable bool   `json:"not_linearizable"`
@@ -103,6 +113,7 @@ type Campaign struct {
 	clients *clients
 	etags   *etagBook
 	sources []string
+	resv    *reservationLog
 	notify  *notifications // the campaign's notification targets (notifications.go)
 
 	mu         sync.Mutex
@@ -162,6 +173,9 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	if cfg.Gateways == 0 {
 		cfg.Gateways = 3
 	}
+	if cfg.Reservations == 0 {
+		cfg.Reservations = 2
+	}
 	if cfg.CheckTimeout == 0 {
 		cfg.CheckTimeout = 5 * time.Minute
 	}
@@ -195,6 +209,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		wg.Add(1)
 		go func() { defer wg.Done(); w.run(workCtx) }()
 	}
+	c.startReservations(workCtx, &wg)
 	for i := range rep.Faults {
 		f := &rep.Faults[i]
 		if wait := f.At - time.Duration(c.rec.now()); wait > 0 {
@@ -233,7 +248,7 @@ func (c *Campaign) setUp(ctx context.Context) error {
 		c.etags.add(v, md5Hex(body))
 		c.sources = append(c.sources, v)
 	}
-	return nil
+	return c.setUpReservations(ctx)
 }
 
 // finish ends the faults, waits for the gateways and the reconciler, makes a
@@ -324,6 +339,9 @@ func (c *Campaign) finish(ctx context.Context, rep *Report) {
 		}
 	}
 
+	var resvProblems []string
+	rep.Reservations, resvProblems = c.finishReservations(ctx, db)
+	problems = append(problems, resvProblems...)
 	problems = append(problems, c.finishNotifications(ctx, db, rep)...)
 
 	ops := c.rec.snapshot()
@@ -420,6 +438,9 @@ func (r *Report) Summary() string {
 	b.WriteString("faults: " + sortedCounts(r.FaultCount) + "\n")
 	b.WriteString("unknown outcomes, settled: " + sortedCounts(r.Unknown) + "\n")
 	b.WriteString("attempts left unknown: " + sortedCounts(r.Leftover) + "\n")
+	if r.Reservations != nil {
+		b.WriteString("reservations: " + sortedCounts(r.Reservations) + "\n")
+	}
 	b.WriteString("check: " + r.Checked + "\n")
 	for _, n := range r.Notifications {
 		b.WriteString("notifications: " + n.String() + "\n")

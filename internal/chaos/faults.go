@@ -196,6 +196,9 @@ func (c *Campaign) inject(ctx context.Context, f *Fault) {
 		if c.cfg.LatePutsOnly {
 			match = putObjects
 		}
+		if c.cfg.LateReservationPuts {
+			match = reservationPuts
+		}
 		h := g.storeHTTP.Hold(match, f.N)
 		var held []faultproxy.Event
 		timeout := time.After(10 * time.Second)
