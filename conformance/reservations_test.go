@@ -484,3 +484,30 @@ func TestReservationRefusesFormPost(t *testing.T) {
 		t.Fatal("the form's file landed")
 	}
 }
+
+// The reservation API answers 503 ServiceUnavailable, as S3 calls do, when
+// the gateway cannot reach its database: a failure to retry, not the
+// gateway's own error (500).
+func TestReservationAPIWithoutDatabaseIs503(t *testing.T) {
+	proxy, dbURL := faultDatabase(t)
+	k := newReservationKit(t, gatewayOptions{DatabaseURL: dbURL})
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	reserver, err := k.g.Keys.Create(ctx, "reserver", []meta.Grant{{Bucket: k.bucket, Permission: meta.PermReserve}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := &reservations.Client{Endpoint: k.g.URL, AccessKey: reserver.ID, SecretKey: reserver.Secret}
+	q := reservations.CreateRequest{Bucket: k.bucket, Prefix: "down/", Size: ptr[int64](5)}
+	if _, err := c.Create(ctx, q); err != nil {
+		t.Fatalf("with the database: %v", err)
+	}
+	proxy.Blackhole(true)
+	proxy.CutAll()
+	_, err = c.Create(ctx, q)
+	var ae *reservations.APIError
+	if !errors.As(err, &ae) || ae.Status != http.StatusServiceUnavailable || ae.Code != "ServiceUnavailable" {
+		t.Fatalf("create without the database: %v (%+v), want 503 ServiceUnavailable", err, ae)
+	}
+	proxy.Blackhole(false)
+}

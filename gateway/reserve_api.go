@@ -172,9 +172,12 @@ func (s *Server) apiFailure(ctx *fasthttp.RequestCtx, r *request, err error) *ap
 	if errors.As(err, &ae) {
 		return writeJSONError(ctx, ae)
 	}
+	// Anything but the API's own answers is its database or store failing
+	// or out of reach (a timeout, a lost connection, a failover): a 503 to
+	// retry, as an S3 call that cannot reach them answers.
 	s.deps.Log.Warn("reservation API call failed", "request_id", r.id, "op", r.op.Name, "err", err)
-	return writeJSONError(ctx, &reservations.APIError{Status: http.StatusInternalServerError, Code: "InternalError",
-		Message: "We encountered an internal error. Please try again."})
+	return writeJSONError(ctx, &reservations.APIError{Status: http.StatusServiceUnavailable, Code: "ServiceUnavailable",
+		Message: "The gateway could not reach its database or store. Please try again."})
 }
 
 // writeJSONError answers with the API's JSON error; nil, since the answer
