@@ -41,9 +41,16 @@ type ReservationSweeper interface {
 	// ReservationBytes is the ETag of bytes of the reservation's attempts
 	// that are the key's current generation (ok false: none).
 	ReservationBytes(ctx context.Context, id string) (etag string, ok bool, err error)
+	// ReservationSwept marks the reservation done with, unless one of its
+	// attempts is still leased or unknown (ErrReservationAttemptsOpen): a
+	// write of it may still land, and the sweeper must come back for it.
 	ReservationSwept(ctx context.Context, id string) error
 	ReservationRetry(ctx context.Context, id string, backoff time.Duration, errText string) error
 }
+
+// ErrReservationAttemptsOpen: an ended reservation still has an attempt that
+// may land (leased or unknown), so it is not swept yet.
+var ErrReservationAttemptsOpen = errors.New("the reservation has attempts still open")
 
 // FencedDeleter deletes a key's object only while it is at an ETag (the
 // lifecycle store).
@@ -113,10 +120,7 @@ func (s *Service) sweepReservation(ctx context.Context, sw ReservationSweeper, e
 	}
 	if !ok || !fence.Exists || fence.ETag != etag {
 		l.Fail("nothing of the ended reservation is at the key")
-		if s.dbDo(ctx, func(dctx context.Context) error { return sw.ReservationSwept(dctx, e.ID) }) != nil {
-			return outcomeFailed
-		}
-		return outcomeDone
+		return s.reservationSwept(ctx, sw, e)
 	}
 	l.Sending(fence, true)
 	sent = true
@@ -131,7 +135,19 @@ func (s *Service) sweepReservation(ctx context.Context, sw ReservationSweeper, e
 	if _, err := l.Commit(ctx, Landed{Deleted: true, Size: -1}); err != nil {
 		return outcomeFailed
 	}
-	if s.dbDo(ctx, func(dctx context.Context) error { return sw.ReservationSwept(dctx, e.ID) }) != nil {
+	return s.reservationSwept(ctx, sw, e)
+}
+
+// reservationSwept marks e swept; while one of its attempts may still land
+// (an unknown write held somewhere, its guard not yet closed by a settle),
+// the claim is kept and the sweep comes back after a back-off, so late bytes
+// are deleted too.
+func (s *Service) reservationSwept(ctx context.Context, sw ReservationSweeper, e EndedReservation) outcome {
+	err := s.dbDo(ctx, func(dctx context.Context) error { return sw.ReservationSwept(dctx, e.ID) })
+	switch {
+	case errors.Is(err, ErrReservationAttemptsOpen):
+		return s.retryReservation(ctx, sw, e, err)
+	case err != nil:
 		return outcomeFailed
 	}
 	return outcomeDone

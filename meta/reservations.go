@@ -414,8 +414,13 @@ func (c *Catalog) ReservationBytes(ctx context.Context, id string) (string, bool
 
 // ReservationSwept records that nothing of an ended reservation is left.
 func (c *Catalog) ReservationSwept(ctx context.Context, id string) error {
-	_, err := c.Pool.Exec(ctx, `UPDATE reservations SET swept_at = clock_timestamp(), claim_token = NULL,
-		claimed_until = NULL, last_error = NULL WHERE reservation_id = $1`, id)
+	tag, err := c.Pool.Exec(ctx, `UPDATE reservations r SET swept_at = clock_timestamp(), claim_token = NULL,
+		claimed_until = NULL, last_error = NULL WHERE reservation_id = $1
+		  AND NOT EXISTS (SELECT 1 FROM reservation_attempts a JOIN attempts t USING (attempt_id)
+			WHERE a.reservation_id = r.reservation_id AND t.state IN ('leased', 'unknown'))`, id)
+	if err == nil && tag.RowsAffected() == 0 {
+		return lease.ErrReservationAttemptsOpen
+	}
 	return err
 }
 

@@ -3,9 +3,12 @@ package meta
 import (
 	"context"
 	"errors"
+	"slices"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/fencegate/fencegate/lease"
 )
 
 func ptr[T any](v T) *T { return &v }
@@ -213,5 +216,51 @@ func TestReservationCommitVersusSweep(t *testing.T) {
 	}
 	if got, _ := s.Get(ctx, lost.ID); got.State != ReservationExpired {
 		t.Fatalf("state %s, want expired", got.State)
+	}
+}
+
+// An ended reservation with an attempt still unknown (a write that may yet
+// land, held somewhere) is not marked swept: the sweeper keeps its claim and
+// comes back, so bytes that land late are deleted too. Once the attempt is
+// resolved it is swept.
+func TestReservationNotSweptWhileAnAttemptIsOpen(t *testing.T) {
+	ctx := context.Background()
+	pool := migratedPool(t)
+	s := &Reservations{Pool: pool}
+	c := &Catalog{Pool: pool}
+	r, err := s.Create(ctx, ReservationRequest{Bucket: "open", Key: "late", AccessKeyID: "K", TTL: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := newUUID()
+	if ok, _ := s.Bind(ctx, r.ID, a, "open", "late"); !ok {
+		t.Fatal("bind")
+	}
+	if _, err := pool.Exec(ctx, `INSERT INTO attempts (attempt_id, bucket, key, op, state, gateway)
+		VALUES ($1, 'open', 'late', 'put', 'unknown', 'g')`, a); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pool.Exec(ctx, `SELECT fencegate_reservation_end($1, 'cancelled', false)`, r.ID); err != nil {
+		t.Fatal(err)
+	}
+	claimed, err := c.ClaimEndedReservations(ctx, 100, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.ContainsFunc(claimed, func(e lease.EndedReservation) bool { return e.ID == r.ID }) {
+		t.Fatalf("the cancelled reservation with an unknown attempt was not claimed: %+v", claimed)
+	}
+	if err := c.ReservationSwept(ctx, r.ID); !errors.Is(err, lease.ErrReservationAttemptsOpen) {
+		t.Fatalf("swept with an unknown attempt: %v, want ErrReservationAttemptsOpen", err)
+	}
+	var swept bool
+	if err := pool.QueryRow(ctx, `SELECT swept_at IS NOT NULL FROM reservations WHERE reservation_id = $1`, r.ID).Scan(&swept); err != nil || swept {
+		t.Fatalf("swept_at set (%v, %v) while an attempt may land", swept, err)
+	}
+	if _, err := pool.Exec(ctx, `UPDATE attempts SET state = 'failed' WHERE attempt_id = $1`, a); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.ReservationSwept(ctx, r.ID); err != nil {
+		t.Fatalf("swept once the attempt failed: %v", err)
 	}
 }
