@@ -66,9 +66,9 @@ func (t *Targets) Due(ctx context.Context, target string, limit int) ([]notify.E
 	})
 }
 
-// Delivered removes an acknowledged event from its queue.
-func (t *Targets) Delivered(ctx context.Context, queueID int64) error {
-	_, err := t.Pool.Exec(ctx, `DELETE FROM notify_queue WHERE id = $1`, queueID)
+// Delivered removes acknowledged events from their queue, in one statement.
+func (t *Targets) Delivered(ctx context.Context, queueIDs []int64) error {
+	_, err := t.Pool.Exec(ctx, `DELETE FROM notify_queue WHERE id = ANY($1)`, queueIDs)
 	return err
 }
 

@@ -21,7 +21,9 @@ type Queue interface {
 	// Due returns up to limit due events of the target in queue order, only
 	// of keys none of whose earlier events is waiting for a retry.
 	Due(ctx context.Context, target string, limit int) ([]Event, error)
-	Delivered(ctx context.Context, queueID int64) error
+	// Delivered removes acknowledged events from their queue: a round's
+	// together, in one statement (service.go, round).
+	Delivered(ctx context.Context, queueIDs []int64) error
 	Retry(ctx context.Context, queueID int64, after time.Duration, errText string) error
 	DeadLetter(ctx context.Context, queueID int64, errText string) error
 	// Backlog is each target's queued and dead-lettered events and its
@@ -235,22 +237,36 @@ func (s *Service) round(ctx context.Context, t Target, snd sender) int {
 			}
 		}
 	}()
-	// Per key, in queue order (which is generation order); keys in parallel.
+	// A key's first due event (queue order is generation order); keys in
+	// parallel. Its later events wait for the next round, after this one's
+	// acknowledgement is recorded: a crash can then only resend the event
+	// sent last, never one older than an event already received.
 	var order []string
 	byKey := map[string][]Event{}
 	for _, e := range evs {
 		k := e.Bucket + "\x00" + e.Key
 		if _, ok := byKey[k]; !ok {
 			order = append(order, k)
+			byKey[k] = append(byKey[k], e)
 		}
-		byKey[k] = append(byKey[k], e)
+	}
+	// Acknowledged events leave the queue together when the round ends, one
+	// statement instead of one transaction per event. A crash before that
+	// sends them again, in order (at least once; consumers deduplicate by
+	// event id), and no round reads them again before they are gone.
+	var mu sync.Mutex
+	var acked []int64
+	ack := func(id int64) {
+		mu.Lock()
+		acked = append(acked, id)
+		mu.Unlock()
 	}
 	var g errgroup.Group
 	g.SetLimit(s.cfg.Parallel)
 	for _, k := range order {
 		g.Go(func() error {
 			for _, e := range byKey[k] {
-				if rctx.Err() != nil || !s.deliver(rctx, snd, e) {
+				if rctx.Err() != nil || !s.deliver(rctx, snd, e, ack) {
 					return nil // the key's later events wait for this one
 				}
 			}
@@ -260,29 +276,34 @@ func (s *Service) round(ctx context.Context, t Target, snd sender) int {
 	_ = g.Wait()
 	cancel()
 	<-renewed
+	if len(acked) > 0 {
+		dctx, dcancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer dcancel()
+		if err := s.q.Delivered(dctx, acked); err != nil {
+			// Sent but not recorded: sent again (at least once).
+			s.log.Warn("notify: could not record deliveries", "target", t.Name, "events", len(acked), "err", err)
+		}
+	}
 	return len(evs)
 }
 
-// deliver sends one event and records the outcome; true when the key's next
-// event may follow (delivered, or given up as a dead letter).
-func (s *Service) deliver(ctx context.Context, snd sender, e Event) bool {
+// deliver sends one event and records the outcome (a delivery through ack,
+// recorded with the round's others); true when the key's next event may
+// follow (delivered, or given up as a dead letter).
+func (s *Service) deliver(ctx context.Context, snd sender, e Event, ack func(queueID int64)) bool {
 	sctx, cancel := context.WithTimeout(ctx, s.cfg.Timeout)
 	err := snd.send(sctx, e)
 	cancel()
 	if s.log.Enabled(ctx, slog.LevelDebug) {
 		s.log.Debug("notify: sent", "target", e.Target, "event", e.ID(), "queue_id", e.QueueID, "key", e.Key, "generation", e.Generation, "tries", e.Tries, "err", err)
 	}
-	dctx, dcancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer dcancel()
 	if err == nil {
 		s.Metrics.add(e.Target, "delivered")
-		if derr := s.q.Delivered(dctx, e.QueueID); derr != nil {
-			// Sent but not recorded: it is sent again (at least once).
-			s.log.Warn("notify: could not record a delivery", "target", e.Target, "event", e.ID(), "err", derr)
-			return false
-		}
+		ack(e.QueueID)
 		return true
 	}
+	dctx, dcancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer dcancel()
 	if ctx.Err() != nil {
 		return false // the round was cut (claim lost, shutdown): not a try
 	}
