@@ -40,10 +40,7 @@ const (
 )
 
 // The reservation workers' plans and their weights.
-var reservationPlans = []struct {
-	name   string
-	weight int
-}{
+var reservationPlans = []weighted{
 	{"put", 25},          // reserve, PUT
 	{"put-complete", 20}, // reserve, PUT, complete (also the way to learn an unknown PUT's fate)
 	{"put-cancel", 10},   // reserve, PUT, cancel (409 ReservationNotLive if the PUT committed)
@@ -144,20 +141,7 @@ func (w *reservationWorker) run(ctx context.Context) {
 	}
 }
 
-func (w *reservationWorker) pick() string {
-	total := 0
-	for _, p := range reservationPlans {
-		total += p.weight
-	}
-	n := w.rng.IntN(total)
-	for _, p := range reservationPlans {
-		if n < p.weight {
-			return p.name
-		}
-		n -= p.weight
-	}
-	return "put"
-}
+func (w *reservationWorker) pick() string { return pickWeighted(w.rng, reservationPlans) }
 
 // api is a reservation API client at a gateway that is up (nil if none is).
 func (w *reservationWorker) api() (*reservations.Client, string) {

@@ -93,29 +93,35 @@ type worker struct {
 	lastRead map[string]string
 }
 
-// opKinds and their weights in the workload.
-var opWeights = []struct {
+// weighted is a choice and how often it is drawn against the others.
+type weighted struct {
 	name   string
 	weight int
-}{
+}
+
+// pickWeighted draws one of choices' names, each in proportion to its weight.
+func pickWeighted(rng *rand.Rand, choices []weighted) string {
+	total := 0
+	for _, c := range choices {
+		total += c.weight
+	}
+	n := rng.IntN(total)
+	for _, c := range choices {
+		if n < c.weight {
+			return c.name
+		}
+		n -= c.weight
+	}
+	return choices[0].name
+}
+
+// opKinds and their weights in the workload.
+var opWeights = []weighted{
 	{"get", 22}, {"head", 8}, {"put", 25}, {"put-if-match", 8}, {"put-if-none-match", 5},
 	{"copy", 6}, {"multipart", 5}, {"delete", 10}, {"delete-objects", 5},
 }
 
-func (w *worker) pick() string {
-	total := 0
-	for _, o := range opWeights {
-		total += o.weight
-	}
-	n := w.rng.IntN(total)
-	for _, o := range opWeights {
-		if n < o.weight {
-			return o.name
-		}
-		n -= o.weight
-	}
-	return "get"
-}
+func (w *worker) pick() string { return pickWeighted(w.rng, opWeights) }
 
 func (w *worker) newValue(prefix string) string {
 	w.seq++
