@@ -251,6 +251,17 @@ func startGateway(t *testing.T, o gatewayOptions) *testGateway {
 // startCountingProxy stands in front of a real store and counts what reaches it.
 func startCountingProxy(t *testing.T, target string, n *atomic.Int64) string {
 	t.Helper()
+	return startStoreFront(t, target, func(w http.ResponseWriter, r *http.Request, store http.Handler) {
+		n.Add(1)
+		store.ServeHTTP(w, r)
+	})
+}
+
+// startStoreFront starts an HTTP front of target (a store) on a free port and
+// returns its URL: front sees each request first and passes it on to store,
+// or answers it itself.
+func startStoreFront(t *testing.T, target string, front func(w http.ResponseWriter, r *http.Request, store http.Handler)) string {
+	t.Helper()
 	u, err := url.Parse(target)
 	if err != nil {
 		t.Fatal(err)
@@ -261,10 +272,7 @@ func startCountingProxy(t *testing.T, target string, n *atomic.Int64) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		n.Add(1)
-		rp.ServeHTTP(w, r)
-	})}
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { front(w, r, rp) })}
 	go srv.Serve(l)
 	t.Cleanup(func() { srv.Close() })
 	return "http://" + l.Addr().String()

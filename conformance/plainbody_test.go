@@ -7,10 +7,7 @@ import (
 	"encoding/base64"
 	"encoding/binary"
 	"hash/crc32"
-	"net"
 	"net/http"
-	"net/http/httputil"
-	"net/url"
 	"strings"
 	"sync"
 	"testing"
@@ -32,18 +29,8 @@ type storeWire struct {
 func startStoreWire(t *testing.T, lie func(*http.Request) bool) (*storeWire, stack.Endpoint) {
 	t.Helper()
 	st := testenv.Store(t)
-	u, err := url.Parse(st.URL)
-	if err != nil {
-		t.Fatal(err)
-	}
 	w := &storeWire{puts: map[string]http.Header{}, lens: map[string]int64{}}
-	rp := httputil.NewSingleHostReverseProxy(u)
-	rp.FlushInterval = -1
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := &http.Server{Handler: http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
+	st.URL = startStoreFront(t, st.URL, func(rw http.ResponseWriter, r *http.Request, store http.Handler) {
 		if r.Method == http.MethodPut {
 			w.mu.Lock()
 			w.puts[r.URL.Path], w.lens[r.URL.Path] = r.Header.Clone(), r.ContentLength
@@ -54,11 +41,8 @@ func startStoreWire(t *testing.T, lie func(*http.Request) bool) (*storeWire, sta
 				return
 			}
 		}
-		rp.ServeHTTP(rw, r)
-	})}
-	go srv.Serve(l)
-	t.Cleanup(func() { srv.Close() })
-	st.URL = "http://" + l.Addr().String()
+		store.ServeHTTP(rw, r)
+	})
 	return w, st
 }
 
