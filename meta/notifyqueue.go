@@ -40,21 +40,22 @@ func (t *Targets) ReleaseTarget(ctx context.Context, target, holder string) erro
 	return err
 }
 
-// Due reads the target's due events in queue order. An event whose key has
-// an earlier event waiting for its retry is left for later: each key's events
-// go out in generation order. Every earlier event of a returned one's key is
-// returned too (same key, lower id, due). Both tests read one instant,
-// statement_timestamp(): with clock_timestamp(), read anew per row, an event
-// whose retry came due mid-statement could be skipped while a later one of
-// its key, tested a moment later, was taken (seen, and fixed, in
-// TestNotifyWebhookFlakyReceiver).
+// Due reads the first queued event of each key whose first event is due, in
+// queue order, at most limit of them. A round sends one event per key (the
+// next only after this one's acknowledgement is recorded), so reading a
+// key's later events would only fill the batch: a key with many queued
+// events would hold every other key back for as many rounds. A key whose
+// first event waits for its retry gives nothing: its events go out in
+// generation order. The due test reads one instant, statement_timestamp():
+// with clock_timestamp(), read anew per row, the rows of one statement would
+// disagree on what is due (seen, and fixed, in TestNotifyWebhookFlakyReceiver).
 func (t *Targets) Due(ctx context.Context, target string, limit int) ([]notify.Event, error) {
 	rows, err := t.Pool.Query(ctx, `SELECT q.id, q.outbox_id, q.event_name, q.bucket, q.key, q.generation,
 			coalesce(q.etag, ''), coalesce(q.size, 0), coalesce(q.attempt_id::text, ''), q.committed_at, q.tries
 		FROM notify_queue q
 		WHERE q.target = $1 AND q.next_at <= statement_timestamp()
 		  AND NOT EXISTS (SELECT 1 FROM notify_queue p WHERE p.target = q.target AND p.bucket = q.bucket AND p.key = q.key
-		                  AND p.id < q.id AND p.next_at > statement_timestamp())
+		                  AND p.id < q.id)
 		ORDER BY q.id LIMIT $2`, target, limit)
 	if err != nil {
 		return nil, err

@@ -18,8 +18,9 @@ type Queue interface {
 	// PostgreSQL's clock; false while another holder's claim is live.
 	ClaimTarget(ctx context.Context, target, holder string, claimFor time.Duration) (bool, error)
 	ReleaseTarget(ctx context.Context, target, holder string) error
-	// Due returns up to limit due events of the target in queue order, only
-	// of keys none of whose earlier events is waiting for a retry.
+	// Due returns, in queue order, up to limit events of the target that
+	// are each their key's first queued event and due: one per key, as a
+	// round sends them.
 	Due(ctx context.Context, target string, limit int) ([]Event, error)
 	// Delivered removes acknowledged events from their queue: a round's
 	// together, in one statement (service.go, round).
@@ -237,19 +238,10 @@ func (s *Service) round(ctx context.Context, t Target, snd sender) int {
 			}
 		}
 	}()
-	// A key's first due event (queue order is generation order); keys in
-	// parallel. Its later events wait for the next round, after this one's
+	// Each event is its key's first queued one (Due); keys in parallel. A
+	// key's later events wait for the next round, after this one's
 	// acknowledgement is recorded: a crash can then only resend the event
 	// sent last, never one older than an event already received.
-	var order []string
-	byKey := map[string][]Event{}
-	for _, e := range evs {
-		k := e.Bucket + "\x00" + e.Key
-		if _, ok := byKey[k]; !ok {
-			order = append(order, k)
-			byKey[k] = append(byKey[k], e)
-		}
-	}
 	// Acknowledged events leave the queue together when the round ends, one
 	// statement instead of one transaction per event. A crash before that
 	// sends them again, in order (at least once; consumers deduplicate by
@@ -263,12 +255,10 @@ func (s *Service) round(ctx context.Context, t Target, snd sender) int {
 	}
 	var g errgroup.Group
 	g.SetLimit(s.cfg.Parallel)
-	for _, k := range order {
+	for _, e := range evs {
 		g.Go(func() error {
-			for _, e := range byKey[k] {
-				if rctx.Err() != nil || !s.deliver(rctx, snd, e, ack) {
-					return nil // the key's later events wait for this one
-				}
+			if rctx.Err() == nil {
+				s.deliver(rctx, snd, e, ack)
 			}
 			return nil
 		})
@@ -287,10 +277,9 @@ func (s *Service) round(ctx context.Context, t Target, snd sender) int {
 	return len(evs)
 }
 
-// deliver sends one event and records the outcome (a delivery through ack,
-// recorded with the round's others); true when the key's next event may
-// follow (delivered, or given up as a dead letter).
-func (s *Service) deliver(ctx context.Context, snd sender, e Event, ack func(queueID int64)) bool {
+// deliver sends one event and records the outcome: a delivery through ack
+// (recorded with the round's others), a failure as a retry or a dead letter.
+func (s *Service) deliver(ctx context.Context, snd sender, e Event, ack func(queueID int64)) {
 	sctx, cancel := context.WithTimeout(ctx, s.cfg.Timeout)
 	err := snd.send(sctx, e)
 	cancel()
@@ -300,12 +289,12 @@ func (s *Service) deliver(ctx context.Context, snd sender, e Event, ack func(que
 	if err == nil {
 		s.Metrics.add(e.Target, "delivered")
 		ack(e.QueueID)
-		return true
+		return
 	}
 	dctx, dcancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer dcancel()
 	if ctx.Err() != nil {
-		return false // the round was cut (claim lost, shutdown): not a try
+		return // the round was cut (claim lost, shutdown): not a try
 	}
 	s.Metrics.add(e.Target, "failed")
 	if e.Tries+1 >= s.cfg.MaxTries || (s.cfg.MaxAge > 0 && time.Since(e.CommittedAt) > s.cfg.MaxAge) {
@@ -313,15 +302,13 @@ func (s *Service) deliver(ctx context.Context, snd sender, e Event, ack func(que
 		s.log.Warn("notify: event dead-lettered", "target", e.Target, "event", e.ID(), "tries", e.Tries+1, "err", err)
 		if derr := s.q.DeadLetter(dctx, e.QueueID, err.Error()); derr != nil {
 			s.log.Warn("notify: could not dead-letter an event", "target", e.Target, "event", e.ID(), "err", derr)
-			return false
 		}
-		return true
+		return
 	}
 	s.Metrics.add(e.Target, "retried")
 	if derr := s.q.Retry(dctx, e.QueueID, s.backoff(e.Tries), err.Error()); derr != nil {
 		s.log.Warn("notify: could not schedule a retry", "target", e.Target, "event", e.ID(), "err", derr)
 	}
-	return false
 }
 
 // backoff after the tries-th failed try: RetryBase doubled per try up to
