@@ -47,6 +47,8 @@ type ReservationRequest struct {
 	ExactSize      *int64          `json:"size,omitempty"`
 	MaxSize        *int64          `json:"max_size,omitempty"`
 	SHA256         string          `json:"sha256,omitempty"`
+	CRC32C         string          `json:"crc32c,omitempty"`
+	CRC64NVME      string          `json:"crc64nvme,omitempty"`
 	ContentType    string          `json:"content_type,omitempty"`
 	Metadata       json.RawMessage `json:"metadata,omitempty"`
 	IdempotencyKey string          `json:"idempotency_key,omitempty"`
@@ -70,6 +72,8 @@ type Reservation struct {
 	MaxSize     *int64          `json:"max_size,omitempty"`
 	Reserved    int64           `json:"reserved_bytes"`
 	SHA256      string          `json:"sha256,omitempty"`
+	CRC32C      string          `json:"crc32c,omitempty"`
+	CRC64NVME   string          `json:"crc64nvme,omitempty"`
 	ContentType string          `json:"content_type,omitempty"`
 	Metadata    json.RawMessage `json:"metadata,omitempty"`
 	State       string          `json:"state"`
@@ -88,14 +92,14 @@ type Reservation struct {
 type Reservations struct{ Pool *pgxpool.Pool }
 
 const reservationColumns = `reservation_id::text, bucket, key, access_key_id, coalesce(account, ''), exact_size, max_size,
-	reserved_bytes, coalesce(sha256, ''), content_type, metadata, state, expires_at, created_at, ended_at, size,
+	reserved_bytes, coalesce(sha256, ''), coalesce(crc32c, ''), coalesce(crc64nvme, ''), content_type, metadata, state, expires_at, created_at, ended_at, size,
 	coalesce(etag, ''), generation`
 
 func scanReservation(row pgx.Row) (Reservation, error) {
 	var r Reservation
 	var md []byte
 	err := row.Scan(&r.ID, &r.Bucket, &r.Key, &r.AccessKeyID, &r.Account, &r.ExactSize, &r.MaxSize, &r.Reserved,
-		&r.SHA256, &r.ContentType, &md, &r.State, &r.ExpiresAt, &r.CreatedAt, &r.EndedAt, &r.Size, &r.ETag, &r.Generation)
+		&r.SHA256, &r.CRC32C, &r.CRC64NVME, &r.ContentType, &md, &r.State, &r.ExpiresAt, &r.CreatedAt, &r.EndedAt, &r.Size, &r.ETag, &r.Generation)
 	if len(md) > 0 {
 		r.Metadata = md
 	}
@@ -137,12 +141,9 @@ func (s *Reservations) Create(ctx context.Context, q ReservationRequest) (Reserv
 	if q.ExactSize != nil && q.MaxSize != nil {
 		return Reservation{}, errors.New("a reservation has an exact size or a maximum, not both")
 	}
-	var account, sha, idem *string
+	var account, idem *string
 	if q.Account != "" {
 		account = &q.Account
-	}
-	if q.SHA256 != "" {
-		sha = &q.SHA256
 	}
 	if q.IdempotencyKey != "" {
 		idem = &q.IdempotencyKey
@@ -152,8 +153,9 @@ func (s *Reservations) Create(ctx context.Context, q ReservationRequest) (Reserv
 		md = q.Metadata
 	}
 	id := newUUID()
-	row := s.Pool.QueryRow(ctx, `SELECT `+reservationColumns+` FROM fencegate_reserve($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13::interval)`,
-		id, q.Bucket, q.Key, q.AccessKeyID, account, q.ExactSize, q.MaxSize, sha, q.ContentType, md, idem, q.hash(), q.TTL.String())
+	row := s.Pool.QueryRow(ctx, `SELECT `+reservationColumns+` FROM fencegate_reserve($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15::interval)`,
+		id, q.Bucket, q.Key, q.AccessKeyID, account, q.ExactSize, q.MaxSize, nullString(q.SHA256), nullString(q.CRC32C),
+		nullString(q.CRC64NVME), q.ContentType, md, idem, q.hash(), q.TTL.String())
 	r, err := scanReservation(row)
 	r.Made = err == nil && r.ID == id
 	return r, reservationError(err)
@@ -343,12 +345,46 @@ func ValidateReservation(q ReservationRequest) error {
 	case len(q.Metadata) > 0 && !json.Valid(q.Metadata):
 		return errors.New("the metadata is not valid JSON")
 	}
-	if q.SHA256 != "" {
-		if b, err := base64.StdEncoding.DecodeString(q.SHA256); err != nil || len(b) != sha256.Size {
-			return errors.New("the SHA-256 must be 32 bytes, base64")
+	named := 0
+	for _, c := range []struct {
+		name, value string
+		size        int
+	}{{"SHA-256", q.SHA256, sha256.Size}, {"CRC32C", q.CRC32C, 4}, {"CRC64NVME", q.CRC64NVME, 8}} {
+		if c.value == "" {
+			continue
+		}
+		named++
+		if b, err := base64.StdEncoding.DecodeString(c.value); err != nil || len(b) != c.size {
+			return fmt.Errorf("the %s must be %d bytes, base64", c.name, c.size)
 		}
 	}
+	if named > 1 {
+		return errors.New("at most one expected checksum (sha256, crc32c or crc64nvme)")
+	}
 	return nil
+}
+
+// nullString is s, or NULL when it is empty.
+func nullString(s string) *string {
+	if s == "" {
+		return nil
+	}
+	return &s
+}
+
+// Checksum is the reservation's expected checksum as S3 names its header's
+// algorithm ("sha256", "crc32c", "crc64nvme") and its base64 value; "" for
+// none.
+func (r Reservation) Checksum() (algorithm, value string) {
+	switch {
+	case r.SHA256 != "":
+		return "sha256", r.SHA256
+	case r.CRC32C != "":
+		return "crc32c", r.CRC32C
+	case r.CRC64NVME != "":
+		return "crc64nvme", r.CRC64NVME
+	}
+	return "", ""
 }
 
 // ExpireReservations ends at most limit reservations past their expiry,
