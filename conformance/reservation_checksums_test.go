@@ -5,9 +5,12 @@ import (
 	"context"
 	"encoding/base64"
 	"encoding/binary"
+	"encoding/json"
 	"errors"
 	"hash/crc32"
 	"net/url"
+	"os"
+	"os/exec"
 	"strings"
 	"testing"
 
@@ -19,6 +22,7 @@ import (
 	"github.com/minio/crc64nvme"
 
 	"github.com/fencegate/fencegate/gateway/reservations"
+	"github.com/fencegate/fencegate/internal/testenv"
 	"github.com/fencegate/fencegate/meta"
 )
 
@@ -275,5 +279,39 @@ func TestReservationSDKPutCRC32C(t *testing.T) {
 	}
 	if got := k.committedChecksum(t, r.ID); got != "crc32c:"+c.sum(body) {
 		t.Fatalf("committed event's checksum %q", got)
+	}
+}
+
+// TestReservationsCommandCRC64NVME: `fencegate reservations create
+// --crc64nvme` prints the reservation with the checksum and the header its
+// URL signs, and a PUT of the URL with it commits; two checksums exit 1
+// and reserve nothing.
+func TestReservationsCommandCRC64NVME(t *testing.T) {
+	k := newReservationKit(t, gatewayOptions{})
+	body := []byte("hello")
+	run := func(args ...string) ([]byte, error) {
+		cmd := exec.Command(fencegateBinary(t), append([]string{"reservations", "create", "--bucket", k.bucket, "--size", "5", "--json"}, args...)...)
+		cmd.Env = append(os.Environ(), "FENCEGATE_ENDPOINT="+k.g.URL, "AWS_ACCESS_KEY_ID="+k.g.AccessKey,
+			"AWS_SECRET_ACCESS_KEY="+k.g.SecretKey, "DATABASE_URL="+testenv.DatabaseURL(t))
+		return cmd.CombinedOutput()
+	}
+	out, err := run("--key", "cli/crc64nvme", "--crc64nvme", crc64nvmeBase64(body))
+	var r reservations.Reservation
+	if err != nil || json.Unmarshal(out, &r) != nil || r.CRC64NVME != crc64nvmeBase64(body) ||
+		r.PutHeaders["x-amz-checksum-crc64nvme"] != r.CRC64NVME {
+		t.Fatalf("create: %v %s", err, out)
+	}
+	if res := putURL(r.PutURL, body, r.PutHeaders); res.Status != 200 {
+		t.Fatalf("PUT: %d %s", res.Status, res.Code)
+	}
+	if st := k.state(t, r.ID).State; st != meta.ReservationCommitted {
+		t.Fatalf("after the PUT: %s", st)
+	}
+	out, err = run("--key", "cli/two", "--crc32c", crc32cBase64(body), "--crc64nvme", crc64nvmeBase64(body))
+	if err == nil || !strings.Contains(string(out), "at most one expected checksum") {
+		t.Fatalf("two checksums: %v %s", err, out)
+	}
+	if _, ok, _ := k.rs.Live(context.Background(), k.bucket, "cli/two"); ok {
+		t.Fatal("a refused create reserved the key")
 	}
 }
