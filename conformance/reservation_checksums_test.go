@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"hash/crc32"
+	"io"
 	"net/url"
 	"os"
 	"os/exec"
@@ -17,6 +18,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/aws/aws-sdk-go-v2/service/s3/types"
+	"github.com/aws/smithy-go"
 	"github.com/aws/smithy-go/middleware"
 	smithyhttp "github.com/aws/smithy-go/transport/http"
 	"github.com/minio/crc64nvme"
@@ -25,10 +27,6 @@ import (
 	"github.com/fencegate/fencegate/internal/testenv"
 	"github.com/fencegate/fencegate/meta"
 )
-
-func crc32Base64(b []byte) string {
-	return base64.StdEncoding.EncodeToString(binary.BigEndian.AppendUint32(nil, crc32.ChecksumIEEE(b)))
-}
 
 func crc32cBase64(b []byte) string {
 	return base64.StdEncoding.EncodeToString(binary.BigEndian.AppendUint32(nil, crc32.Checksum(b, crc32.MakeTable(crc32.Castagnoli))))
@@ -152,7 +150,7 @@ func TestReservationCRCChecksums(t *testing.T) {
 			cases := map[string]map[string]string{
 				"another algorithm": {c.other: map[string]func([]byte) string{
 					"x-amz-checksum-crc32c": crc32cBase64, "x-amz-checksum-crc64nvme": crc64nvmeBase64}[c.other](body)},
-				"crc32":         {"x-amz-checksum-crc32": crc32Base64(body)},
+				"crc32":         {"x-amz-checksum-crc32": crc32Of(body)},
 				"sha256":        {"x-amz-checksum-sha256": sha256Base64(body)},
 				"none":          nil,
 				"another value": {c.header(): c.sum([]byte("jello"))},
@@ -252,22 +250,9 @@ func TestReservationSDKPutCRC32C(t *testing.T) {
 	body := []byte("hello from the sdk")
 	c := reservedCRCs[0]
 	r := k.reserve(t, c.request("sdk/crc32c", body))
-	withReservation := func(id string) func(*s3.Options) {
-		return s3.WithAPIOptions(func(st *middleware.Stack) error {
-			return st.Build.Add(middleware.BuildMiddlewareFunc("fencegateReservation",
-				func(ctx context.Context, in middleware.BuildInput, next middleware.BuildHandler) (middleware.BuildOutput, middleware.Metadata, error) {
-					if req, ok := in.Request.(*smithyhttp.Request); ok {
-						q := req.URL.Query()
-						q.Set(reservations.Param, id)
-						req.URL.RawQuery = q.Encode()
-					}
-					return next.HandleBuild(ctx, in)
-				}), middleware.After)
-		})
-	}
 	out, err := k.g.Endpoint.S3Client().PutObject(context.Background(), &s3.PutObjectInput{Bucket: &k.bucket,
 		Key: aws.String("sdk/crc32c"), Body: bytes.NewReader(body), ChecksumAlgorithm: types.ChecksumAlgorithmCrc32c},
-		withReservation(r.ID))
+		withReservationParam(r.ID))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -314,4 +299,53 @@ func TestReservationsCommandCRC64NVME(t *testing.T) {
 	if _, ok, _ := k.rs.Live(context.Background(), k.bucket, "cli/two"); ok {
 		t.Fatal("a refused create reserved the key")
 	}
+}
+
+// TestReservationChecksumTrailerRefused: aws-sdk-go-v2 sending a body it
+// cannot seek over HTTPS puts its CRC32C in an aws-chunked trailer, not a
+// header; under a reservation naming a CRC32C that is refused 400
+// BadDigest at admission (the value is not known until the body ends),
+// and nothing is published.
+func TestReservationChecksumTrailerRefused(t *testing.T) {
+	k := newReservationKit(t, gatewayOptions{TLS: true})
+	body := []byte("hello in a trailer")
+	c := reservedCRCs[0]
+	r := k.reserve(t, c.request("sdk/trailer", body))
+	var sent string
+	_, err := k.g.Endpoint.S3Client().PutObject(context.Background(), &s3.PutObjectInput{Bucket: &k.bucket,
+		Key: aws.String("sdk/trailer"), Body: struct{ io.Reader }{bytes.NewReader(body)}, ContentLength: aws.Int64(int64(len(body))),
+		ChecksumAlgorithm: types.ChecksumAlgorithmCrc32c},
+		withReservationParam(r.ID), s3.WithAPIOptions(func(st *middleware.Stack) error {
+			return st.Finalize.Add(middleware.FinalizeMiddlewareFunc("seeTrailer",
+				func(ctx context.Context, in middleware.FinalizeInput, next middleware.FinalizeHandler) (middleware.FinalizeOutput, middleware.Metadata, error) {
+					if req, ok := in.Request.(*smithyhttp.Request); ok {
+						sent = req.Header.Get("X-Amz-Trailer") + "|" + req.Header.Get(c.header())
+					}
+					return next.HandleFinalize(ctx, in)
+				}), middleware.After)
+		}))
+	var ae smithy.APIError
+	if !errors.As(err, &ae) || ae.ErrorCode() != "BadDigest" {
+		t.Fatalf("PUT with the checksum in a trailer (sent %q): %v, want 400 BadDigest", sent, err)
+	}
+	if sent != c.header()+"|" {
+		t.Fatalf("the SDK sent trailer|header %q, want the checksum in the trailer only", sent)
+	}
+	k.refusedUntouched(t, "sdk/trailer", r.ID)
+}
+
+// withReservationParam adds the reservation's parameter to an SDK request's
+// query before it is signed.
+func withReservationParam(id string) func(*s3.Options) {
+	return s3.WithAPIOptions(func(st *middleware.Stack) error {
+		return st.Build.Add(middleware.BuildMiddlewareFunc("fencegateReservation",
+			func(ctx context.Context, in middleware.BuildInput, next middleware.BuildHandler) (middleware.BuildOutput, middleware.Metadata, error) {
+				if req, ok := in.Request.(*smithyhttp.Request); ok {
+					q := req.URL.Query()
+					q.Set(reservations.Param, id)
+					req.URL.RawQuery = q.Encode()
+				}
+				return next.HandleBuild(ctx, in)
+			}), middleware.After)
+	})
 }
