@@ -127,6 +127,15 @@ func TestReservationCRCChecksums(t *testing.T) {
 			if got := k.committedChecksum(t, r.ID); got != c.alg+":"+c.sum(body) {
 				t.Fatalf("committed event's checksum %q, want %s:%s", got, c.alg, c.sum(body))
 			}
+			// The store keeps the checksum the PUT went with.
+			h, err := k.g.Store.S3Client().HeadObject(ctx, &s3.HeadObjectInput{Bucket: &k.bucket, Key: aws.String(c.alg + "/ok"),
+				ChecksumMode: types.ChecksumModeEnabled})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if aws.ToString(map[string]*string{"crc32c": h.ChecksumCRC32C, "crc64nvme": h.ChecksumCRC64NVME}[c.alg]) != c.sum(body) {
+				t.Fatalf("the store's HEAD: crc32c %q crc64nvme %q", aws.ToString(h.ChecksumCRC32C), aws.ToString(h.ChecksumCRC64NVME))
+			}
 			if v, err := k.client().Get(ctx, r.ID); err != nil || (c.alg == "crc32c" && v.CRC32C != c.sum(body)) ||
 				(c.alg == "crc64nvme" && v.CRC64NVME != c.sum(body)) {
 				t.Fatalf("the reservation as the API prints it: %v %+v", err, v)
