@@ -49,7 +49,7 @@ func (k *reservationKit) reserve(t *testing.T, q meta.ReservationRequest) reserv
 		t.Fatal(err)
 	}
 	v := reservations.Reservation{ID: r.ID, Bucket: r.Bucket, Key: r.Key, AccessKeyID: r.AccessKeyID, State: r.State,
-		ExpiresAt: r.ExpiresAt, SHA256: r.SHA256}
+		ExpiresAt: r.ExpiresAt, SHA256: r.SHA256, CRC32C: r.CRC32C, CRC64NVME: r.CRC64NVME}
 	if err := reservations.PresignPut(&v, k.g.URL, "us-east-1", k.g.SecretKey, time.Now()); err != nil {
 		t.Fatal(err)
 	}

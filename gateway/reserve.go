@@ -24,7 +24,10 @@ type ReservedUpload struct {
 	ExpiresAt       time.Time
 	ExactSize       int64 // -1: none
 	MaxSize         int64 // -1: none
-	SHA256          string
+	// ChecksumHeader and Checksum: the x-amz-checksum-<algorithm> header a
+	// PUT under it must carry (sha256, crc32c or crc64nvme) and its base64
+	// value; "" when it names none.
+	ChecksumHeader, Checksum string
 }
 
 // Reservations is where reservations live (PostgreSQL, behind meta; wired in
@@ -53,7 +56,7 @@ var (
 	errReservationTooLarge = newAPIError("EntityTooLarge", http.StatusBadRequest,
 		"Your proposed upload exceeds the maximum allowed by its reservation.")
 	errReservationDigest = newAPIError("BadDigest", http.StatusBadRequest,
-		"The x-amz-checksum-sha256 you specified did not match the reservation's.")
+		"The x-amz-checksum-* you specified did not match the reservation's (missing, another algorithm, or another value).")
 	errReservationUnchecked = newAPIError("ServiceUnavailable", http.StatusServiceUnavailable,
 		"The gateway could not check the key's reservation. Please try again.")
 )
@@ -107,7 +110,7 @@ func (s *Server) admitReservation(r *request, query string, declared int64) (id 
 		return "", errReservationTooLarge
 	case u.ExactSize >= 0 && declared != u.ExactSize:
 		return "", errReservationSize
-	case u.SHA256 != "" && r.hdr.get("x-amz-checksum-sha256") != u.SHA256:
+	case u.ChecksumHeader != "" && r.hdr.get(u.ChecksumHeader) != u.Checksum:
 		// The body is verified against the header on the stream (BadDigest
 		// again if it differs), so a matching header pins the bytes.
 		return "", errReservationDigest

@@ -14,8 +14,6 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
-
-	"github.com/fencegate/fencegate/lease"
 )
 
 // Reservation states (docs/RESERVATIONS.md).
@@ -47,6 +45,8 @@ type ReservationRequest struct {
 	ExactSize      *int64          `json:"size,omitempty"`
 	MaxSize        *int64          `json:"max_size,omitempty"`
 	SHA256         string          `json:"sha256,omitempty"`
+	CRC32C         string          `json:"crc32c,omitempty"`
+	CRC64NVME      string          `json:"crc64nvme,omitempty"`
 	ContentType    string          `json:"content_type,omitempty"`
 	Metadata       json.RawMessage `json:"metadata,omitempty"`
 	IdempotencyKey string          `json:"idempotency_key,omitempty"`
@@ -70,6 +70,8 @@ type Reservation struct {
 	MaxSize     *int64          `json:"max_size,omitempty"`
 	Reserved    int64           `json:"reserved_bytes"`
 	SHA256      string          `json:"sha256,omitempty"`
+	CRC32C      string          `json:"crc32c,omitempty"`
+	CRC64NVME   string          `json:"crc64nvme,omitempty"`
 	ContentType string          `json:"content_type,omitempty"`
 	Metadata    json.RawMessage `json:"metadata,omitempty"`
 	State       string          `json:"state"`
@@ -88,14 +90,14 @@ type Reservation struct {
 type Reservations struct{ Pool *pgxpool.Pool }
 
 const reservationColumns = `reservation_id::text, bucket, key, access_key_id, coalesce(account, ''), exact_size, max_size,
-	reserved_bytes, coalesce(sha256, ''), content_type, metadata, state, expires_at, created_at, ended_at, size,
+	reserved_bytes, coalesce(sha256, ''), coalesce(crc32c, ''), coalesce(crc64nvme, ''), content_type, metadata, state, expires_at, created_at, ended_at, size,
 	coalesce(etag, ''), generation`
 
 func scanReservation(row pgx.Row) (Reservation, error) {
 	var r Reservation
 	var md []byte
 	err := row.Scan(&r.ID, &r.Bucket, &r.Key, &r.AccessKeyID, &r.Account, &r.ExactSize, &r.MaxSize, &r.Reserved,
-		&r.SHA256, &r.ContentType, &md, &r.State, &r.ExpiresAt, &r.CreatedAt, &r.EndedAt, &r.Size, &r.ETag, &r.Generation)
+		&r.SHA256, &r.CRC32C, &r.CRC64NVME, &r.ContentType, &md, &r.State, &r.ExpiresAt, &r.CreatedAt, &r.EndedAt, &r.Size, &r.ETag, &r.Generation)
 	if len(md) > 0 {
 		r.Metadata = md
 	}
@@ -137,12 +139,9 @@ func (s *Reservations) Create(ctx context.Context, q ReservationRequest) (Reserv
 	if q.ExactSize != nil && q.MaxSize != nil {
 		return Reservation{}, errors.New("a reservation has an exact size or a maximum, not both")
 	}
-	var account, sha, idem *string
+	var account, idem *string
 	if q.Account != "" {
 		account = &q.Account
-	}
-	if q.SHA256 != "" {
-		sha = &q.SHA256
 	}
 	if q.IdempotencyKey != "" {
 		idem = &q.IdempotencyKey
@@ -152,8 +151,9 @@ func (s *Reservations) Create(ctx context.Context, q ReservationRequest) (Reserv
 		md = q.Metadata
 	}
 	id := newUUID()
-	row := s.Pool.QueryRow(ctx, `SELECT `+reservationColumns+` FROM fencegate_reserve($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13::interval)`,
-		id, q.Bucket, q.Key, q.AccessKeyID, account, q.ExactSize, q.MaxSize, sha, q.ContentType, md, idem, q.hash(), q.TTL.String())
+	row := s.Pool.QueryRow(ctx, `SELECT `+reservationColumns+` FROM fencegate_reserve($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15::interval)`,
+		id, q.Bucket, q.Key, q.AccessKeyID, account, q.ExactSize, q.MaxSize, nullString(q.SHA256), nullString(q.CRC32C),
+		nullString(q.CRC64NVME), q.ContentType, md, idem, q.hash(), q.TTL.String())
 	r, err := scanReservation(row)
 	r.Made = err == nil && r.ID == id
 	return r, reservationError(err)
@@ -343,93 +343,46 @@ func ValidateReservation(q ReservationRequest) error {
 	case len(q.Metadata) > 0 && !json.Valid(q.Metadata):
 		return errors.New("the metadata is not valid JSON")
 	}
-	if q.SHA256 != "" {
-		if b, err := base64.StdEncoding.DecodeString(q.SHA256); err != nil || len(b) != sha256.Size {
-			return errors.New("the SHA-256 must be 32 bytes, base64")
+	named := 0
+	for _, c := range []struct {
+		name, value string
+		size        int
+	}{{"SHA-256", q.SHA256, sha256.Size}, {"CRC32C", q.CRC32C, 4}, {"CRC64NVME", q.CRC64NVME, 8}} {
+		if c.value == "" {
+			continue
 		}
+		named++
+		if b, err := base64.StdEncoding.DecodeString(c.value); err != nil || len(b) != c.size {
+			return fmt.Errorf("the %s must be %d bytes, base64", c.name, c.size)
+		}
+	}
+	if named > 1 {
+		return errors.New("at most one expected checksum (sha256, crc32c or crc64nvme)")
 	}
 	return nil
 }
 
-// ExpireReservations ends at most limit reservations past their expiry,
-// oldest expiry first, each claimed and ended in one statement (quota
-// released, event written); rows another gateway is ending are skipped.
-// With the methods below it makes Catalog a lease.ReservationSweeper.
-func (c *Catalog) ExpireReservations(ctx context.Context, limit int) (int, error) {
-	var n int
-	err := c.Pool.QueryRow(ctx, `WITH due AS (
-			SELECT reservation_id FROM reservations
-			WHERE state = 'reserved' AND expires_at <= clock_timestamp()
-			ORDER BY expires_at LIMIT $1 FOR UPDATE SKIP LOCKED)
-		SELECT count(*) FROM (SELECT (fencegate_reservation_end(reservation_id, 'expired', true)).reservation_id AS id FROM due) e
-		WHERE id IS NOT NULL`, limit).Scan(&n)
-	return n, err
+// nullString is s, or NULL when it is empty.
+func nullString(s string) *string {
+	if s == "" {
+		return nil
+	}
+	return &s
 }
 
-// ClaimEndedReservations marks swept the ended reservations whose attempts
-// left nothing to clean up (none unresolved, none current at the key), and
-// claims at most limit of the others, oldest end first.
-func (c *Catalog) ClaimEndedReservations(ctx context.Context, limit int, claimFor time.Duration) ([]lease.EndedReservation, error) {
-	if _, err := c.Pool.Exec(ctx, `UPDATE reservations r SET swept_at = clock_timestamp()
-		WHERE r.state IN ('expired', 'cancelled') AND r.swept_at IS NULL
-		  AND NOT EXISTS (SELECT 1 FROM reservation_attempts a JOIN attempts t USING (attempt_id)
-			WHERE a.reservation_id = r.reservation_id AND t.state IN ('leased', 'unknown'))
-		  AND NOT EXISTS (SELECT 1 FROM reservation_attempts a JOIN catalog k ON k.attempt_id = a.attempt_id
-			WHERE a.reservation_id = r.reservation_id AND k.bucket = r.bucket AND k.key = r.key AND NOT k.deleted)`); err != nil {
-		return nil, err
+// Checksum is the reservation's expected checksum as S3 names its header's
+// algorithm ("sha256", "crc32c", "crc64nvme") and its base64 value; "" for
+// none.
+func (r Reservation) Checksum() (algorithm, value string) {
+	switch {
+	case r.SHA256 != "":
+		return "sha256", r.SHA256
+	case r.CRC32C != "":
+		return "crc32c", r.CRC32C
+	case r.CRC64NVME != "":
+		return "crc64nvme", r.CRC64NVME
 	}
-	rows, err := c.Pool.Query(ctx, `UPDATE reservations SET claim_token = gen_random_uuid(),
-			claimed_until = clock_timestamp() + $2::interval, tries = tries + 1
-		WHERE reservation_id IN (SELECT reservation_id FROM reservations
-			WHERE state IN ('expired', 'cancelled') AND swept_at IS NULL
-			  AND (claimed_until IS NULL OR claimed_until <= clock_timestamp())
-			ORDER BY ended_at LIMIT $1 FOR UPDATE SKIP LOCKED)
-		RETURNING reservation_id::text, bucket, key, tries`, limit, claimFor.String())
-	if err != nil {
-		return nil, err
-	}
-	return pgx.CollectRows(rows, func(row pgx.CollectableRow) (lease.EndedReservation, error) {
-		var e lease.EndedReservation
-		err := row.Scan(&e.ID, &e.Bucket, &e.Key, &e.Tries)
-		return e, err
-	})
-}
-
-// ReservationBytes is the ETag of the key's current generation when it is
-// one of the reservation's attempts' bytes.
-func (c *Catalog) ReservationBytes(ctx context.Context, id string) (string, bool, error) {
-	var etag *string
-	err := c.Pool.QueryRow(ctx, `SELECT k.etag FROM reservations r
-		JOIN catalog k ON k.bucket = r.bucket AND k.key = r.key AND NOT k.deleted
-		JOIN reservation_attempts a ON a.attempt_id = k.attempt_id AND a.reservation_id = r.reservation_id
-		WHERE r.reservation_id = $1`, id).Scan(&etag)
-	if errors.Is(err, pgx.ErrNoRows) || err == nil && etag == nil {
-		return "", false, nil
-	}
-	if err != nil {
-		return "", false, err
-	}
-	return *etag, true, nil
-}
-
-// ReservationSwept records that nothing of an ended reservation is left.
-func (c *Catalog) ReservationSwept(ctx context.Context, id string) error {
-	tag, err := c.Pool.Exec(ctx, `UPDATE reservations r SET swept_at = clock_timestamp(), claim_token = NULL,
-		claimed_until = NULL, last_error = NULL WHERE reservation_id = $1
-		  AND NOT EXISTS (SELECT 1 FROM reservation_attempts a JOIN attempts t USING (attempt_id)
-			WHERE a.reservation_id = r.reservation_id AND t.state IN ('leased', 'unknown'))`, id)
-	if err == nil && tag.RowsAffected() == 0 {
-		return lease.ErrReservationAttemptsOpen
-	}
-	return err
-}
-
-// ReservationRetry keeps a reservation's claim for backoff after a store
-// failure.
-func (c *Catalog) ReservationRetry(ctx context.Context, id string, backoff time.Duration, errText string) error {
-	_, err := c.Pool.Exec(ctx, `UPDATE reservations SET claimed_until = clock_timestamp() + $2::interval, last_error = $3
-		WHERE reservation_id = $1`, id, backoff.String(), errText)
-	return err
+	return "", ""
 }
 
 // Errors of Complete, besides ErrNoSuchReservation and ErrReservationEnded.

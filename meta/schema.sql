@@ -264,12 +264,23 @@ CREATE TABLE public.reservations (
     tries integer DEFAULT 0 NOT NULL,
     last_error text,
     swept_at timestamp with time zone,
+    crc32c text,
+    crc64nvme text,
     CONSTRAINT reservations_check CHECK (((exact_size IS NULL) OR (max_size IS NULL))),
     CONSTRAINT reservations_exact_size_check CHECK ((exact_size >= 0)),
     CONSTRAINT reservations_max_size_check CHECK ((max_size >= 0)),
+    CONSTRAINT reservations_one_checksum CHECK ((num_nonnulls(sha256, crc32c, crc64nvme) <= 1)),
     CONSTRAINT reservations_reserved_bytes_check CHECK ((reserved_bytes >= 0)),
     CONSTRAINT reservations_state_check CHECK ((state = ANY (ARRAY['reserved'::text, 'committed'::text, 'expired'::text, 'cancelled'::text, 'failed'::text])))
 );
+
+CREATE FUNCTION public.fencegate_reservation_checksum(r public.reservations) RETURNS text
+    LANGUAGE sql IMMUTABLE
+    AS $$
+    SELECT CASE WHEN r.sha256 IS NOT NULL THEN 'sha256:' || r.sha256
+                WHEN r.crc32c IS NOT NULL THEN 'crc32c:' || r.crc32c
+                WHEN r.crc64nvme IS NOT NULL THEN 'crc64nvme:' || r.crc64nvme END;
+$$;
 
 CREATE FUNCTION public.fencegate_reservation_commit(p_id uuid, p_size bigint, p_etag text, p_generation bigint) RETURNS public.reservations
     LANGUAGE plpgsql
@@ -349,8 +360,9 @@ END $$;
 CREATE FUNCTION public.fencegate_reservation_event(r public.reservations, p_event text) RETURNS void
     LANGUAGE sql
     AS $$
-    INSERT INTO reservation_events (reservation_id, event, bucket, key, size, etag, generation, metadata)
-        VALUES (r.reservation_id, p_event, r.bucket, r.key, r.size, r.etag, r.generation, r.metadata);
+    INSERT INTO reservation_events (reservation_id, event, bucket, key, size, etag, generation, metadata, checksum)
+        VALUES (r.reservation_id, p_event, r.bucket, r.key, r.size, r.etag, r.generation, r.metadata,
+            CASE WHEN p_event = 'reservation.committed' THEN fencegate_reservation_checksum(r) END);
 $$;
 
 CREATE FUNCTION public.fencegate_reservation_generation() RETURNS trigger
@@ -407,7 +419,7 @@ BEGIN
     RETURN NEW;
 END $$;
 
-CREATE FUNCTION public.fencegate_reserve(p_id uuid, p_bucket text, p_key text, p_access_key text, p_account text, p_exact bigint, p_max bigint, p_sha256 text, p_content_type text, p_metadata jsonb, p_idempotency text, p_hash text, p_ttl interval) RETURNS SETOF public.reservations
+CREATE FUNCTION public.fencegate_reserve(p_id uuid, p_bucket text, p_key text, p_access_key text, p_account text, p_exact bigint, p_max bigint, p_sha256 text, p_crc32c text, p_crc64nvme text, p_content_type text, p_metadata jsonb, p_idempotency text, p_hash text, p_ttl interval) RETURNS SETOF public.reservations
     LANGUAGE plpgsql
     AS $$
 DECLARE
@@ -446,8 +458,8 @@ BEGIN
     END IF;
     BEGIN
         INSERT INTO reservations (reservation_id, bucket, key, access_key_id, account, exact_size, max_size,
-                reserved_bytes, sha256, content_type, metadata, idempotency_key, request_hash, expires_at)
-            VALUES (p_id, p_bucket, p_key, p_access_key, p_account, p_exact, p_max, v_bytes, p_sha256,
+                reserved_bytes, sha256, crc32c, crc64nvme, content_type, metadata, idempotency_key, request_hash, expires_at)
+            VALUES (p_id, p_bucket, p_key, p_access_key, p_account, p_exact, p_max, v_bytes, p_sha256, p_crc32c, p_crc64nvme,
                 coalesce(p_content_type, ''), p_metadata, p_idempotency, p_hash, clock_timestamp() + p_ttl)
             RETURNING * INTO v_row;
     EXCEPTION WHEN unique_violation THEN
@@ -726,7 +738,8 @@ CREATE TABLE public.reservation_events (
     etag text,
     generation bigint,
     metadata jsonb,
-    at timestamp with time zone DEFAULT clock_timestamp() NOT NULL
+    at timestamp with time zone DEFAULT clock_timestamp() NOT NULL,
+    checksum text
 );
 
 CREATE SEQUENCE public.reservation_events_id_seq

@@ -17,14 +17,15 @@ import (
 
 const reservationsUsage = `usage: fencegate reservations <create|get|list|cancel|complete> [flags] [args]
 
-  create --bucket B (--key K | --prefix P) [--size N | --max-size N] [--sha256 BASE64]
+  create --bucket B (--key K | --prefix P) [--size N | --max-size N]
+         [--sha256 BASE64 | --crc32c BASE64 | --crc64nvme BASE64]
          [--content-type T] [--expires 15m] [--account A] [--idempotency-key I]
          [--metadata JSON] [--json]        reserve one upload; prints it with its put_url
   get ID [--json]                           one reservation
   list --bucket B [--json]                  a bucket's reservations, newest first
   cancel ID                                 end a live reservation, releasing its quota
   complete ID [--json]                      commit it on the bytes the store holds at its key
-                                            (checked: size, SHA-256); through the gateway's API
+                                            (checked: size, checksum); through the gateway's API
                                             at --endpoint, signed with --access-key
 
 The reservation is made for --access-key (default $AWS_ACCESS_KEY_ID); its put_url
@@ -177,21 +178,28 @@ func printReservation(v reservations.Reservation, asJSON bool) error {
 		return json.NewEncoder(os.Stdout).Encode(v)
 	}
 	fmt.Printf("id\t%s\nstate\t%s\nbucket\t%s\nkey\t%s\nexpires_at\t%s\n", v.ID, v.State, v.Bucket, v.Key, v.ExpiresAt.Format(time.RFC3339))
+	if header, value := v.ChecksumHeader(); header != "" {
+		// As store.ChecksumValue writes it (and reservation_events records it).
+		fmt.Printf("checksum\t%s:%s\n", strings.TrimPrefix(header, "x-amz-checksum-"), value)
+	}
 	if v.Size != nil {
 		fmt.Printf("size\t%d\netag\t%s\n", *v.Size, v.ETag)
 	}
 	if v.PutURL != "" {
 		fmt.Printf("put_url\t%s\n", v.PutURL)
+		if header, value := v.ChecksumHeader(); header != "" {
+			fmt.Printf("put_header\t%s: %s\n", header, value)
+		}
 	}
 	return nil
 }
 
 // reserveFlags are create's flags.
 type reserveFlags struct {
-	bucket, key, prefix, sha256, contentType, account, idem, metadata string
-	size, maxSize                                                     int64
-	expires                                                           time.Duration
-	accessKey, endpoint, region                                       string
+	bucket, key, prefix, sha256, crc32c, crc64nvme, contentType, account, idem, metadata string
+	size, maxSize                                                                        int64
+	expires                                                                              time.Duration
+	accessKey, endpoint, region                                                          string
 }
 
 func (c *reserveFlags) define(f envFlags) {
@@ -200,6 +208,8 @@ func (c *reserveFlags) define(f envFlags) {
 	f.Int64Var(&c.size, "size", -1, "the upload's exact size in bytes")
 	f.Int64Var(&c.maxSize, "max-size", -1, "the upload's maximum size in bytes")
 	f.StringVar(&c.sha256, "sha256", "", "the upload's SHA-256, base64 (as x-amz-checksum-sha256)")
+	f.StringVar(&c.crc32c, "crc32c", "", "the upload's CRC32C, base64 (as x-amz-checksum-crc32c; instead of --sha256)")
+	f.StringVar(&c.crc64nvme, "crc64nvme", "", "the upload's CRC64NVME, base64 (as x-amz-checksum-crc64nvme; instead of --sha256)")
 	f.StringVar(&c.contentType, "content-type", "", "the upload's content type")
 	f.DurationVar(&c.expires, "expires", 15*time.Minute, "how long the reservation lives (at most 7 days)")
 	f.StringVar(&c.account, "account", "", "quota account the reserved bytes count against")
@@ -212,7 +222,7 @@ func (c *reserveFlags) define(f envFlags) {
 
 func (c *reserveFlags) request() (meta.ReservationRequest, error) {
 	q := reservations.CreateRequest{Bucket: c.bucket, Key: c.key, Prefix: c.prefix, Account: c.account,
-		SHA256: c.sha256, ContentType: c.contentType, IdempotencyKey: c.idem, Expires: c.expires.String()}
+		SHA256: c.sha256, CRC32C: c.crc32c, CRC64NVME: c.crc64nvme, ContentType: c.contentType, IdempotencyKey: c.idem, Expires: c.expires.String()}
 	if c.size >= 0 {
 		q.Size = &c.size
 	}

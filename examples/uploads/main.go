@@ -9,6 +9,13 @@
 //	go run ./examples/uploads -bucket photos &
 //	curl -s -X POST 'localhost:8090/uploads?name=cat.jpg&size=5' # {"id":...,"put_url":...}
 //	curl -T cat.jpg "<put_url>"                                  # the log says: committed
+//
+// With a checksum the URL pins it (the client must send the header given in
+// put_headers, and the bytes must match it):
+//
+//	# CRC32C: the base64 of the bytes' big-endian CRC32C, as x-amz-checksum-crc32c
+//	curl -s -X POST -G localhost:8090/uploads -d name=cat.jpg -d size=5 --data-urlencode "crc32c=$CRC32C"
+//	curl -T cat.jpg -H "x-amz-checksum-crc32c: $CRC32C" "<put_url>"
 package main
 
 import (
@@ -46,8 +53,9 @@ type service struct {
 	pending         map[string]bool
 }
 
-// reserve answers POST /uploads?name=N&size=S with the reservation's id,
-// key and the URL the client PUTs the bytes to.
+// reserve answers POST /uploads?name=N&size=S[&sha256=|&crc32c=|&crc64nvme=]
+// with the reservation's id, key, the URL the client PUTs the bytes to and
+// the headers it must send (the checksum's, when one is given).
 func (s *service) reserve(w http.ResponseWriter, r *http.Request) {
 	size, err := strconv.ParseInt(r.URL.Query().Get("size"), 10, 64)
 	if err != nil || size < 0 {
@@ -55,7 +63,8 @@ func (s *service) reserve(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	res, err := s.c.Create(r.Context(), reservations.CreateRequest{Bucket: s.bucket, Prefix: "uploads/",
-		Size: &size, Account: s.account, Expires: "15m",
+		Size: &size, Account: s.account, Expires: "15m", SHA256: r.URL.Query().Get("sha256"),
+		CRC32C: r.URL.Query().Get("crc32c"), CRC64NVME: r.URL.Query().Get("crc64nvme"),
 		Metadata: json.RawMessage(strconv.Quote(r.URL.Query().Get("name")))})
 	if err != nil {
 		http.Error(w, err.Error(), http.StatusBadGateway)
@@ -93,7 +102,11 @@ func (s *service) watch(ctx context.Context) {
 			delete(s.pending, id)
 			s.mu.Unlock()
 			if res.State == reservations.Committed {
-				log.Printf("committed: %s/%s (%s) %d bytes, ETag %s", res.Bucket, res.Key, res.Metadata, *res.Size, res.ETag)
+				sum := "none"
+				if h, v := res.ChecksumHeader(); h != "" {
+					sum = h + ": " + v
+				}
+				log.Printf("committed: %s/%s (%s) %d bytes, ETag %s, checksum %s", res.Bucket, res.Key, res.Metadata, *res.Size, res.ETag, sum)
 			} else {
 				log.Printf("%s: %s/%s, nothing was published", res.State, res.Bucket, res.Key)
 			}

@@ -20,8 +20,12 @@ type CreateRequest struct {
 	// Size is the exact size; MaxSize a maximum (at most one of them).
 	Size    *int64 `json:"size,omitempty"`
 	MaxSize *int64 `json:"max_size,omitempty"`
-	// SHA256 is the object's SHA-256, base64, as x-amz-checksum-sha256.
+	// The object's expected checksum, at most one: its SHA-256, CRC32C or
+	// CRC64NVME, base64, as x-amz-checksum-sha256 / -crc32c / -crc64nvme
+	// carry it.
 	SHA256      string `json:"sha256,omitempty"`
+	CRC32C      string `json:"crc32c,omitempty"`
+	CRC64NVME   string `json:"crc64nvme,omitempty"`
 	ContentType string `json:"content_type,omitempty"`
 	// Expires is how long the reservation lives, as Go writes durations
 	// ("15m"; default 15m, at most 168h).

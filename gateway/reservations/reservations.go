@@ -38,6 +38,8 @@ type Reservation struct {
 	MaxSize     *int64          `json:"max_size,omitempty"`
 	Reserved    int64           `json:"reserved_bytes"`
 	SHA256      string          `json:"sha256,omitempty"`
+	CRC32C      string          `json:"crc32c,omitempty"`
+	CRC64NVME   string          `json:"crc64nvme,omitempty"`
 	ContentType string          `json:"content_type,omitempty"`
 	Metadata    json.RawMessage `json:"metadata,omitempty"`
 	State       string          `json:"state"`
@@ -49,7 +51,8 @@ type Reservation struct {
 	ETag       string `json:"etag,omitempty"`
 	Generation *int64 `json:"generation,omitempty"`
 	// For a live reservation: the presigned PUT, and the headers it must be
-	// sent with (signed: x-amz-checksum-sha256 when the reservation names one).
+	// sent with (signed: the x-amz-checksum-<algorithm> of the checksum the
+	// reservation names, if any).
 	PutURL     string            `json:"put_url,omitempty"`
 	PutHeaders map[string]string `json:"put_headers,omitempty"`
 }
@@ -72,11 +75,25 @@ func PresignPut(r *Reservation, endpoint, region, secret string, now time.Time) 
 	p := sigv4.Presign{Method: "PUT", Host: u.Host,
 		Path:  string(sigv4.AppendEscapedPath([]byte("/"+r.Bucket+"/"), r.Key)),
 		Query: map[string]string{Param: r.ID}}
-	if r.SHA256 != "" {
-		p.Headers = map[string]string{"x-amz-checksum-sha256": r.SHA256}
+	if header, value := r.ChecksumHeader(); header != "" {
+		p.Headers = map[string]string{header: value}
 		r.PutHeaders = p.Headers
 	}
 	q := sigv4.PresignQuery(p, r.AccessKeyID, secret, region, now, ttl)
 	r.PutURL = strings.TrimRight(endpoint, "/") + p.Path + "?" + q
 	return nil
+}
+
+// ChecksumHeader is the header a PUT under r must carry, and its value: the
+// x-amz-checksum-<algorithm> of the checksum r names ("" when it names none).
+func (r *Reservation) ChecksumHeader() (header, value string) {
+	switch {
+	case r.SHA256 != "":
+		return "x-amz-checksum-sha256", r.SHA256
+	case r.CRC32C != "":
+		return "x-amz-checksum-crc32c", r.CRC32C
+	case r.CRC64NVME != "":
+		return "x-amz-checksum-crc64nvme", r.CRC64NVME
+	}
+	return "", ""
 }

@@ -13,7 +13,7 @@ import (
 // CompleteReservation serves the API's complete (docs/RESERVATIONS.md): it
 // verifies the bytes at the reservation's key against the store (HEAD with
 // checksum mode: present, the reserved size or at most the maximum, the
-// reserved SHA-256), settles the key through the lease manager so the
+// reserved checksum as the store's of that algorithm), settles the key through the lease manager so the
 // catalog records them (a write through fencegate already committed the
 // reservation; bytes written around the gateway become an external
 // generation, an unknown attempt's an adopted one, whose commit trigger
@@ -69,9 +69,10 @@ func verifyUpload(r meta.Reservation, exists bool, size int64, checksums string)
 			Message: "The object is larger than its reservation allows."}
 	case r.ExactSize != nil && size != *r.ExactSize:
 		return errUploadSize
-	case r.SHA256 != "" && !hasChecksum(checksums, "sha256:"+r.SHA256): // store.ChecksumValue's form
+	}
+	if alg, value := r.Checksum(); alg != "" && !hasChecksum(checksums, alg+":"+value) { // store.ChecksumValue's form
 		return &reservations.APIError{Status: http.StatusBadRequest, Code: "BadDigest",
-			Message: "The store reports no x-amz-checksum-sha256 for the object, or another than the reservation's."}
+			Message: "The store reports no x-amz-checksum-" + alg + " for the object, or another than the reservation's."}
 	}
 	return nil
 }

@@ -43,7 +43,10 @@ func (w *Reservations) Reservation(ctx context.Context, id string) (gateway.Rese
 		return gateway.ReservedUpload{}, false, err
 	}
 	u := gateway.ReservedUpload{ID: r.ID, Bucket: r.Bucket, Key: r.Key, AccessKeyID: r.AccessKeyID,
-		Live: r.State == meta.ReservationReserved, ExpiresAt: r.ExpiresAt, ExactSize: -1, MaxSize: -1, SHA256: r.SHA256}
+		Live: r.State == meta.ReservationReserved, ExpiresAt: r.ExpiresAt, ExactSize: -1, MaxSize: -1}
+	if alg, value := r.Checksum(); alg != "" {
+		u.ChecksumHeader, u.Checksum = "x-amz-checksum-"+alg, value
+	}
 	if r.ExactSize != nil {
 		u.ExactSize = *r.ExactSize
 	}
@@ -91,7 +94,7 @@ func (w *Reservations) Bind(ctx context.Context, id, attempt, bucket, key string
 // View is meta's reservation in the client package's shape.
 func View(r meta.Reservation) reservations.Reservation {
 	return reservations.Reservation{ID: r.ID, Bucket: r.Bucket, Key: r.Key, AccessKeyID: r.AccessKeyID, Account: r.Account,
-		ExactSize: r.ExactSize, MaxSize: r.MaxSize, Reserved: r.Reserved, SHA256: r.SHA256, ContentType: r.ContentType,
+		ExactSize: r.ExactSize, MaxSize: r.MaxSize, Reserved: r.Reserved, SHA256: r.SHA256, CRC32C: r.CRC32C, CRC64NVME: r.CRC64NVME, ContentType: r.ContentType,
 		Metadata: r.Metadata, State: r.State, ExpiresAt: r.ExpiresAt, CreatedAt: r.CreatedAt, EndedAt: r.EndedAt,
 		Size: r.Size, ETag: r.ETag, Generation: r.Generation}
 }
@@ -120,7 +123,7 @@ func Request(accessKey string, q reservations.CreateRequest) (meta.ReservationRe
 		key = q.Prefix + hex.EncodeToString(b[:])
 	}
 	m := meta.ReservationRequest{Bucket: q.Bucket, Key: key, AccessKeyID: accessKey, Account: q.Account,
-		ExactSize: q.Size, MaxSize: q.MaxSize, SHA256: q.SHA256, ContentType: q.ContentType,
+		ExactSize: q.Size, MaxSize: q.MaxSize, SHA256: q.SHA256, CRC32C: q.CRC32C, CRC64NVME: q.CRC64NVME, ContentType: q.ContentType,
 		Metadata: q.Metadata, IdempotencyKey: q.IdempotencyKey, TTL: ttl}
 	return m, meta.ValidateReservation(m)
 }
