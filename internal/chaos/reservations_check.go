@@ -219,13 +219,14 @@ func (c *Campaign) finishReservations(ctx context.Context, db *catalog) (map[str
 const reservationOpen = `EXISTS (SELECT 1 FROM reservation_attempts a JOIN attempts t USING (attempt_id)
 	WHERE a.reservation_id = r.reservation_id AND t.state IN ('leased', 'unknown'))`
 
-// stuckReservations describes a few of the reservations the end waits for.
+// stuckReservations describes a few of the reservations the end waits for
+// (not those with an attempt still open).
 func stuckReservations(ctx context.Context, db *catalog) string {
 	rows, err := db.pool.Query(ctx, `SELECT reservation_id::text, key, state, tries, coalesce(last_error, ''),
 			coalesce(to_char(claimed_until - clock_timestamp(), 'SS.MS'), '-'),
 			(SELECT string_agg(t.state, ',') FROM reservation_attempts a JOIN attempts t USING (attempt_id)
 				WHERE a.reservation_id = r.reservation_id)
-		FROM reservations r WHERE bucket = $1 AND (state = 'reserved' OR state IN ('expired', 'cancelled') AND swept_at IS NULL)
+		FROM reservations r WHERE bucket = $1 AND (state = 'reserved' OR state IN ('expired', 'cancelled') AND swept_at IS NULL AND NOT `+reservationOpen+`)
 		ORDER BY created_at LIMIT 5`, reservationBucket)
 	if err != nil {
 		return err.Error()
