@@ -7,7 +7,10 @@
 // straight at the store, hostile requests), a history of every operation
 // checked for linearizability (internal/chaos/history, porcupine), and at
 // the end an audit: the catalog equal to the store for every key, nothing
-// left leased, every gateway healthy.
+// left leased, every gateway healthy. Config.Cluster runs the
+// production-shaped stack instead (clusterstack.go): a primary and a
+// standby, SeaweedFS in its parts, HAProxy in front of the gateways, and the
+// faults those parts allow.
 package chaos
 
 import (
