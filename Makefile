@@ -136,9 +136,12 @@ s3-tests: build
 # replays a schedule. Each run's report and chart (and a failing run's
 # history, porcupine visualization, logs and REPLAY line) go to
 # bin/chaos/chaos-TestChaosCampaign-SEED-*/. `make test` runs a 20 s smoke.
-# CHAOS_STACK=cluster runs PostgreSQL as a primary with a synchronous standby
-# and adds the failover fault (docs/SCALING.md); CHAOS_FAULTS narrows the kinds;
-# CHAOS_LATE=reservations makes store-late hold reservation PUTs only.
+# CHAOS_STACK=cluster runs the production-shaped stack (docs/SCALING.md):
+# PostgreSQL as a primary with a synchronous standby, SeaweedFS as master, three
+# volume servers, filer and S3, HAProxy in front of the gateways (a third of the
+# clients send through it), and adds the faults postgres-failover, volume-kill,
+# filer-restart, haproxy-restart and gateway-drain; CHAOS_FAULTS narrows the
+# kinds; CHAOS_LATE=reservations makes store-late hold reservation PUTs only.
 CHAOS_DURATION ?= 60s
 CHAOS_SEED     ?=
 CHAOS_STACK    ?=
@@ -146,6 +149,7 @@ CHAOS_FAULTS   ?=
 CHAOS_LATE     ?=
 chaos: build
 	scripts/ensure-deps.sh --chaos
+	$(if $(filter cluster,$(CHAOS_STACK)),scripts/ensure-deps.sh --cluster)
 	FENCEGATE_CHAOS_DURATION='$(CHAOS_DURATION)' FENCEGATE_CHAOS_SEED='$(CHAOS_SEED)' FENCEGATE_CHAOS_DIR='$(CURDIR)/bin/chaos' \
 		FENCEGATE_CHAOS_STACK='$(CHAOS_STACK)' FENCEGATE_CHAOS_FAULTS='$(CHAOS_FAULTS)' FENCEGATE_CHAOS_LATE='$(CHAOS_LATE)' \
 		$(GO) test -tags $(TEST_TAGS) -count=1 -v -timeout 0 -run '^TestChaosCampaign$$' ./conformance

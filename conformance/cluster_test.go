@@ -17,9 +17,10 @@ import (
 // The cluster stack's smoke (issue 33, docs/SCALING.md), in `make test`:
 // `make cluster`'s stack (primary and synchronous standby, SeaweedFS as
 // master, three volume servers, filer and S3, three gateways behind
-// HAProxy) comes up, takes writes through the balancer, survives one
-// PostgreSQL failover without a gateway restart, and the audit of what was
-// written finds the catalog and the store agreeing.
+// HAProxy) comes up, takes writes through the balancer, also with a gateway
+// taken out of it (HAProxy's runtime API), survives one PostgreSQL failover
+// without a gateway restart, and the audit of what was written finds the
+// catalog and the store agreeing.
 func TestClusterSmoke(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts the whole cluster stack")
@@ -65,6 +66,27 @@ func TestClusterSmoke(t *testing.T) {
 	for i := 0; i < 6; i++ {
 		put(fmt.Sprintf("before-%d", i), fmt.Sprintf("before %d", i))
 	}
+	// A gateway taken out of the balancer through HAProxy's runtime API
+	// (the chaos campaign's gateway-drain) and put back.
+	if err := c.Balancer.SetServerState(ctx, "gw1", "maint"); err != nil {
+		t.Fatal(err)
+	}
+	if st, err := c.Balancer.ServerStatus(ctx); err != nil || st["gw1"] != "MAINT" || !strings.HasPrefix(st["gw2"], "UP") {
+		t.Fatalf("after gw1 was taken out, HAProxy's servers: %v, %v", st, err)
+	}
+	put("drained", "written while gw1 was out of the balancer")
+	if err := c.Balancer.SetServerState(ctx, "gw1", "ready"); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+		st, err := c.Balancer.ServerStatus(ctx)
+		if err == nil && strings.HasPrefix(st["gw1"], "UP") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("gw1 put back in the balancer: HAProxy's servers %v, %v", st, err)
+		}
+	}
 	died := time.Now()
 	if err := c.Failover(ctx); err != nil {
 		t.Fatal(err)
@@ -95,8 +117,8 @@ func TestClusterSmoke(t *testing.T) {
 // The cluster stack's other parts restarted under writes through HAProxy:
 // a volume server killed and started again, the filer restarted, HAProxy
 // restarted, a gateway killed (HAProxy's /readyz check takes it out). The
-// building blocks of `make chaos CHAOS_STACK=cluster`'s faults (not yet
-// written); run with FENCEGATE_CLUSTER_FAULTS=1 (about 2 minutes).
+// building blocks of `make chaos CHAOS_STACK=cluster`'s faults
+// (internal/chaos); run with FENCEGATE_CLUSTER_FAULTS=1 (about 2 minutes).
 func TestClusterPartsRestart(t *testing.T) {
 	if os.Getenv("FENCEGATE_CLUSTER_FAULTS") == "" {
 		t.Skip("FENCEGATE_CLUSTER_FAULTS=1 runs it")

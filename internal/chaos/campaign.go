@@ -7,18 +7,17 @@
 // straight at the store, hostile requests), a history of every operation
 // checked for linearizability (internal/chaos/history, porcupine), and at
 // the end an audit: the catalog equal to the store for every key, nothing
-// left leased, every gateway healthy.
+// left leased, every gateway healthy. Config.Cluster runs the
+// production-shaped stack instead (clusterstack.go): a primary and a
+// standby, SeaweedFS in its parts, HAProxy in front of the gateways, and the
+// faults those parts allow.
 package chaos
 
 import (
 	"context"
-	"encoding/json"
-	"errors"
 	"fmt"
 	"math/rand/v2"
-	"os"
-	"path/filepath"
-	"sort"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -51,9 +50,12 @@ type Config struct {
 	// at any time (its attempt is not bounded by a superseding generation),
 	// so a campaign that must catch a broken fence holds none of them.
 	LatePutsOnly bool
-	// Cluster runs PostgreSQL as a primary with a synchronous standby,
-	// every gateway on a multi-host URL, and adds FaultPostgresFailover to
-	// the kinds (`make chaos CHAOS_STACK=cluster`, docs/SCALING.md).
+	// Cluster runs the production-shaped stack (`make chaos
+	// CHAOS_STACK=cluster`, docs/SCALING.md, clusterstack.go): PostgreSQL
+	// as a primary with a synchronous standby, every gateway on a
+	// multi-host URL; SeaweedFS as a master, three volume servers, a filer
+	// and its S3 gateway; HAProxy in front of the gateways, which a third
+	// of the clients send through. It adds ClusterFaults to the kinds.
 	Cluster bool
 	// Reservations is how many reservation workers run beside the clients
 	// (reservations.go; default 2, negative for none).
@@ -63,38 +65,6 @@ type Config struct {
 	// may reach the store after their reservation ended and was swept.
 	LateReservationPuts bool
 }
-
-// Report is what a campaign found.
-type Report struct {
-	Seed       uint64         `json:"seed"`
-	Duration   time.Duration  `json:"duration"`
-	Ops        int            `json:"ops"`
-	OpCounts   map[string]int `json:"op_counts"`
-	Faults     []Fault        `json:"faults"`
-	FaultCount map[string]int `json:"fault_counts"`
-	Unknown    map[string]int `json:"unknown_settled"` // unknown outcomes by how they were settled
-	Leftover   map[string]int `json:"attempts_left_unknown"`
-	// Reservations: what the reservation workload did and how its
-	// reservations ended (reservations_check.go).
-	Reservations map[string]int `json:"reservations,omitempty"`
-	Violations   []string       `json:"violations"`
-	// NotLinearizable: the history check found an illegal history (as
-	// opposed to any other violation).
-	NotLinearizable bool   `json:"not_linearizable"`
-	Checked         string `json:"checked"`
-	// Notifications: what each notification target got (notifycheck.go).
-	Notifications []NotifyCheck `json:"notifications"`
-	Elapsed       time.Duration `json:"elapsed"`
-	Dir           string        `json:"dir"`
-	// KeepHistory: WriteFiles writes the history of a run that passed too.
-	KeepHistory bool `json:"-"`
-	history     []history.Op
-	check       *history.Result
-	replay      string
-}
-
-// Failed reports whether the campaign found anything wrong.
-func (r *Report) Failed() bool { return len(r.Violations) > 0 }
 
 // The key space: a few keys per bucket so that writers meet constantly, and
 // a bucket of copy sources that never change.
@@ -148,7 +118,14 @@ func (c *Campaign) pickGatewayExcept(rng *rand.Rand, except int) (int, string) {
 	return -1, ""
 }
 
-func (c *Campaign) gatewayURL(gi int) string { return c.stack.gateways[gi].URL() }
+// gatewayURL is gateway gi's URL ("" while it is down), or the balancer's
+// for history.Balancer.
+func (c *Campaign) gatewayURL(gi int) string {
+	if gi == history.Balancer {
+		return c.stack.balancer.URL
+	}
+	return c.stack.gateways[gi].URL()
+}
 
 func (c *Campaign) pickKey(rng *rand.Rand) (bucket, key string) {
 	return campaignBuckets[rng.IntN(len(campaignBuckets))], campaignKeys[rng.IntN(len(campaignKeys))]
@@ -164,7 +141,15 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	if cfg.Faults == nil {
 		cfg.Faults = AllFaults
 		if cfg.Cluster {
-			cfg.Faults = append(append([]string(nil), AllFaults...), FaultPostgresFailover)
+			cfg.Faults = append(append([]string(nil), AllFaults...), ClusterFaults...)
+		}
+	}
+	for _, k := range cfg.Faults {
+		switch {
+		case slices.Contains(ClusterFaults, k) && !cfg.Cluster:
+			return nil, fmt.Errorf("fault %s needs the cluster stack (CHAOS_STACK=cluster)", k)
+		case !slices.Contains(AllFaults, k) && !slices.Contains(ClusterFaults, k):
+			return nil, fmt.Errorf("no fault kind %q (kinds: %s, and on the cluster %s)", k, strings.Join(AllFaults, ","), strings.Join(ClusterFaults, ","))
 		}
 	}
 	if cfg.Clients == 0 {
@@ -206,6 +191,8 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	var wg sync.WaitGroup
 	for i := range cfg.Clients {
 		w := &worker{id: i, c: c, rng: rand.New(rand.NewPCG(cfg.Seed, uint64(i+1))), lastRead: map[string]string{}}
+		// On the cluster, every third client sends through HAProxy.
+		w.viaBalancer = cfg.Cluster && i%3 == 2
 		wg.Add(1)
 		go func() { defer wg.Done(); w.run(workCtx) }()
 	}
@@ -268,6 +255,11 @@ func (c *Campaign) finish(ctx context.Context, rep *Report) {
 			}
 		}
 	}
+	if s.cluster {
+		if err := s.restoreCluster(ctx); err != nil {
+			problems = append(problems, "restoring the cluster's parts: "+err.Error())
+		}
+	}
 	if err := waitUntil(ctx, 90*time.Second, s.healthy); err != nil {
 		problems = append(problems, "gateways not healthy after the faults: "+err.Error())
 	}
@@ -309,11 +301,18 @@ func (c *Campaign) finish(ctx context.Context, rep *Report) {
 	if err := waitUntil(ctx, 120*time.Second, func() error { return db.leased(ctx) }); err != nil {
 		problems = append(problems, "after the final writes: "+err.Error())
 	}
-	for gi, g := range s.gateways {
-		w := &worker{id: 1001 + gi, c: c, lastRead: map[string]string{}}
+	readers := make([]int, len(s.gateways))
+	for gi := range s.gateways {
+		readers[gi] = gi
+	}
+	if s.cluster {
+		readers = append(readers, history.Balancer)
+	}
+	for i, gi := range readers {
+		w := &worker{id: 1001 + i, c: c, lastRead: map[string]string{}}
 		for _, b := range campaignBuckets {
 			for _, k := range campaignKeys {
-				w.get(c.clients.get(g.URL()), gi, b, k)
+				w.get(c.clients.get(c.gatewayURL(gi)), gi, b, k)
 			}
 		}
 	}
@@ -376,18 +375,6 @@ func (c *Campaign) finish(ctx context.Context, rep *Report) {
 	rep.Violations = append(rep.Violations, problems...)
 }
 
-func countOps(ops []history.Op) map[string]int {
-	m := map[string]int{}
-	for _, o := range ops {
-		name := string(o.Kind)
-		if o.Gateway < 0 {
-			name = "direct " + name
-		}
-		m[name+" "+string(o.Outcome)]++
-	}
-	return m
-}
-
 func waitUntil(ctx context.Context, limit time.Duration, cond func() error) error {
 	deadline := time.Now().Add(limit)
 	for {
@@ -400,79 +387,4 @@ func waitUntil(ctx context.Context, limit time.Duration, cond func() error) erro
 		}
 		sleep(ctx, 500*time.Millisecond)
 	}
-}
-
-// WriteFiles writes the run's report (report.json, summary.txt) and chart
-// (chart.png, chart.svg) into its folder and, when the run failed, what is
-// needed to understand and replay it: the history (history.jsonl),
-// porcupine's visualization (linearizability.html) and REPLAY; the fault
-// schedule is in the report and the gateways' logs are there already.
-func (r *Report) WriteFiles() error {
-	b, err := json.MarshalIndent(r, "", "  ")
-	if err != nil {
-		return err
-	}
-	errs := []error{
-		os.WriteFile(filepath.Join(r.Dir, "report.json"), b, 0o644),
-		os.WriteFile(filepath.Join(r.Dir, "summary.txt"), []byte(r.Summary()), 0o644),
-		r.WriteChart(filepath.Join(r.Dir, "chart.png")),
-	}
-	if r.Failed() || r.KeepHistory {
-		errs = append(errs, history.WriteFile(filepath.Join(r.Dir, "history.jsonl"), r.history))
-	}
-	if r.Failed() {
-		replay := fmt.Sprintf(r.replay+"\n", r.Seed, r.Duration)
-		errs = append(errs, os.WriteFile(filepath.Join(r.Dir, "REPLAY"), []byte(replay), 0o644))
-		if r.NotLinearizable && r.check != nil {
-			errs = append(errs, r.check.Visualize(filepath.Join(r.Dir, "linearizability.html")))
-		}
-	}
-	return errors.Join(errs...)
-}
-
-// Summary is the report in a few lines.
-func (r *Report) Summary() string {
-	var b strings.Builder
-	fmt.Fprintf(&b, "seed %d, %s of workload (%s in all): %d operations\n", r.Seed, r.Duration, r.Elapsed.Round(time.Second), r.Ops)
-	b.WriteString("operations: " + sortedCounts(r.OpCounts) + "\n")
-	b.WriteString("faults: " + sortedCounts(r.FaultCount) + "\n")
-	b.WriteString("unknown outcomes, settled: " + sortedCounts(r.Unknown) + "\n")
-	b.WriteString("attempts left unknown: " + sortedCounts(r.Leftover) + "\n")
-	if r.Reservations != nil {
-		b.WriteString("reservations: " + sortedCounts(r.Reservations) + "\n")
-	}
-	b.WriteString("check: " + r.Checked + "\n")
-	for _, n := range r.Notifications {
-		b.WriteString("notifications: " + n.String() + "\n")
-	}
-	if len(r.Violations) == 0 {
-		b.WriteString("no violations\n")
-	} else {
-		fmt.Fprintf(&b, "%d violations:\n", len(r.Violations))
-		for i, v := range r.Violations {
-			if i == 20 {
-				fmt.Fprintf(&b, "  ... %d more in %s\n", len(r.Violations)-20, filepath.Join(r.Dir, "report.json"))
-				break
-			}
-			b.WriteString("  " + v + "\n")
-		}
-		fmt.Fprintf(&b, "evidence in %s; replay: "+r.replay+"\n", r.Dir, r.Seed, r.Duration)
-	}
-	return b.String()
-}
-
-func sortedCounts(m map[string]int) string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	parts := make([]string, len(keys))
-	for i, k := range keys {
-		parts[i] = fmt.Sprintf("%s %d", k, m[k])
-	}
-	if len(parts) == 0 {
-		return "none"
-	}
-	return strings.Join(parts, ", ")
 }

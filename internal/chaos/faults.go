@@ -32,10 +32,18 @@ const (
 	FaultBadInput         = "bad-input"         // the hostile-request corpus against a gateway
 	FaultReceiverDown     = "receiver-down"     // the webhook target refuses connections or leaves requests unanswered for a while
 	FaultNATSDown         = "nats-down"         // the NATS JetStream target's server killed (or stopped), started again
-	// Only on the cluster stack (Config.Cluster): the primary killed, the
-	// synchronous standby promoted, the dead primary rebuilt as the new
-	// standby (a later one fails back).
+	// Only on the cluster stack (Config.Cluster, ClusterFaults): the
+	// primary killed, the synchronous standby promoted, the dead primary
+	// rebuilt as the new standby (a later one fails back);
 	FaultPostgresFailover = "postgres-failover"
+	// a SeaweedFS volume server SIGKILLed, started again;
+	FaultVolumeKill = "volume-kill"
+	// the SeaweedFS filer stopped or killed, started again;
+	FaultFilerRestart = "filer-restart"
+	// HAProxy stopped or killed (every connection through it cut), started again;
+	FaultHAProxyRestart = "haproxy-restart"
+	// a gateway holding leases taken out of HAProxy, put back.
+	FaultGatewayDrain = "gateway-drain"
 )
 
 // AllFaults is every kind, the order the schedule's rounds shuffle.
@@ -46,15 +54,19 @@ var AllFaults = []string{
 	FaultReceiverDown, FaultNATSDown,
 }
 
+// ClusterFaults are the kinds only the cluster stack has parts for; a
+// cluster campaign adds them to AllFaults.
+var ClusterFaults = []string{FaultPostgresFailover, FaultVolumeKill, FaultFilerRestart, FaultHAProxyRestart, FaultGatewayDrain}
+
 // Fault is one scheduled fault: drawn in advance from the seed (kind, time,
 // target, parameters), then carried out and timed.
 type Fault struct {
 	Kind   string        `json:"kind"`
-	At     time.Duration `json:"at"` // planned start, since the campaign's start
-	Target int           `json:"target"`
-	Pause  time.Duration `json:"pause"` // how long the fault lasts (or the process stays down)
-	N      int           `json:"n"`     // how many requests it affects, where that applies
-	Crash  bool          `json:"crash"` // a crash rather than a clean stop
+	At     time.Duration `json:"at"`     // planned start, since the campaign's start
+	Target int           `json:"target"` // the gateway (for volume-kill, the volume server)
+	Pause  time.Duration `json:"pause"`  // how long the fault lasts (or the process stays down)
+	N      int           `json:"n"`      // how many requests it affects, where that applies
+	Crash  bool          `json:"crash"`  // a crash rather than a clean stop
 	Point  string        `json:"point,omitempty"`
 
 	Start  int64  `json:"start_ns"` // when it really started and ended, since the campaign's start
@@ -103,6 +115,14 @@ func schedule(seed uint64, duration, every time.Duration, kinds []string, gatewa
 				f.Pause = ms(rng, 1000, 8000)
 			case FaultNATSDown:
 				f.Pause = ms(rng, 300, 4000)
+			case FaultVolumeKill:
+				f.Pause = ms(rng, 300, 5000)
+			case FaultFilerRestart:
+				f.Pause = ms(rng, 300, 3000)
+			case FaultHAProxyRestart:
+				f.Pause = ms(rng, 200, 2000)
+			case FaultGatewayDrain:
+				f.Pause = ms(rng, 2000, 8000)
 			}
 			out = append(out, f)
 			at += time.Duration(float64(every) * (0.5 + rng.Float64()))
@@ -299,6 +319,28 @@ func (c *Campaign) inject(ctx context.Context, f *Fault) {
 		f.Detail = c.badInput(ctx, f.Target)
 	case FaultReceiverDown, FaultNATSDown:
 		fail(c.notify.inject(ctx, f))
+	case FaultVolumeKill:
+		i := f.Target % clusterVolumes
+		fail(s.killVolume(ctx, i, f.Pause))
+		f.Detail = fmt.Sprintf("volume server %d SIGKILLed", i+1)
+	case FaultFilerRestart:
+		fail(s.restartFiler(ctx, f.Crash, f.Pause))
+		f.Detail = "SIGTERM"
+		if f.Crash {
+			f.Detail = "SIGKILL"
+		}
+	case FaultHAProxyRestart:
+		fail(s.restartBalancer(ctx, f.Crash, f.Pause))
+		f.Detail = "SIGTERM"
+		if f.Crash {
+			f.Detail = "SIGKILL"
+		}
+	case FaultGatewayDrain:
+		detail, err := s.drain(ctx, g, f.Pause)
+		f.Detail = detail
+		fail(err)
+	default:
+		f.Err = "unknown fault kind"
 	}
 }
 

@@ -9,7 +9,8 @@ import (
 // names each way one can be wrong: a committed reservation without its bytes
 // (at the store, or as its key's catalog entry), bytes uploaded under an
 // expired or cancelled reservation left at the store, quota bookkeeping
-// apart from the catalog's sizes, a reservation still live or unswept, and
+// apart from the catalog's sizes, a reservation still live or unswept (one
+// with an attempt still open may stay unswept, not keep its bytes), and
 // an answer a worker got that the end state contradicts.
 func TestCheckReservations(t *testing.T) {
 	good := func() reservationState {
@@ -19,6 +20,8 @@ func TestCheckReservations(t *testing.T) {
 				{ID: "c2", Key: "k/c2", State: "committed", ETag: "e2", Size: 50, Generation: 4, Reserved: 60, Released: true},
 				{ID: "x1", Key: "k/x1", State: "expired", Reserved: 70, Swept: true},
 				{ID: "n1", Key: "k/n1", State: "cancelled", Reserved: 80, Swept: true},
+				// Not swept while an attempt of it may still land.
+				{ID: "x2", Key: "k/x2", State: "expired", Reserved: 30, Open: true},
 			},
 			Store: map[string]objectState{"k/c1": {ETag: "e1", Size: 100}, "k/c2": {ETag: "other", Size: 9}},
 			Catalog: map[string]objectState{
@@ -32,6 +35,7 @@ func TestCheckReservations(t *testing.T) {
 				"c2": {ID: "c2", Key: "k/c2", Uploaded: []string{"e2"}, Acked: "e2"},
 				"x1": {ID: "x1", Key: "k/x1", Uploaded: []string{"ex"}},
 				"n1": {ID: "n1", Key: "k/n1", Cancelled: true},
+				"x2": {ID: "x2", Key: "k/x2", Uploaded: []string{"ey"}},
 			},
 		}
 	}
@@ -52,6 +56,7 @@ func TestCheckReservations(t *testing.T) {
 			s.Store["k/n1"] = objectState{ETag: "en", Size: 80}
 		}, "cancelled reservation n1 (k/n1): bytes uploaded under it"},
 		{"ended, not swept", func(s *reservationState) { s.Rows[2].Swept = false }, "expired reservation x1 (k/x1) not swept"},
+		{"ended, an attempt open, its bytes left", func(s *reservationState) { s.Store["k/x2"] = objectState{ETag: "ey", Size: 30} }, "expired reservation x2 (k/x2): bytes uploaded under it (ETag ey) left at the store"},
 		{"used bytes drift", func(s *reservationState) { s.Quota.Used = 109 }, "quota account chaos: reserved 0 B / 0 objects, used 109 B / 1 objects; the catalog says reserved 0 / 0, used 100 / 1"},
 		{"reserved bytes left", func(s *reservationState) { s.Quota.Reserved = 70 }, "quota account chaos: reserved 70 B"},
 		{"still reserved", func(s *reservationState) { s.Rows[2].State = "reserved" }, "reservation x1 (k/x1) still reserved"},

@@ -23,7 +23,9 @@ import (
 // in front of the store (connection resets) behind an HTTP proxy (stalls,
 // held requests, dropped answers, injected failures), one TCP proxy per
 // gateway in front of PostgreSQL (a gateway cut off from its database: its
-// lease renewals and session heartbeats blackholed), and the gateways.
+// lease renewals and session heartbeats blackholed), and the gateways; on
+// the cluster stack (clusterstack.go) a standby, SeaweedFS in its parts and
+// HAProxy in front of the gateways.
 type campaignStack struct {
 	dir       string
 	bin       string
@@ -44,7 +46,8 @@ type campaignStack struct {
 	standbyPort int
 
 	swMu    sync.Mutex
-	sw      *stack.Seaweed
+	sw      *stack.Seaweed        // weed mini (single stack)
+	swc     *stack.SeaweedCluster // master, volume servers, filer, S3 (cluster only)
 	swDir   string
 	swPorts stack.SeaweedPorts
 	store   stack.Endpoint // the store itself, with its root key (writes around the gateways)
@@ -53,6 +56,7 @@ type campaignStack struct {
 
 	client   stack.Endpoint // the campaign's access key at the gateways (URL unset)
 	gateways []*gatewayProc
+	balancer *stack.HAProxy // in front of the gateways (cluster only)
 	extraEnv []string
 }
 
@@ -65,6 +69,9 @@ type gatewayProc struct {
 	pgProxyB  *faultproxy.TCP // to the second server (cluster only)
 	storeHTTP *faultproxy.HTTP
 	logPath   string
+	// The S3 and admin ports every process of the slot listens on (cluster
+	// only, where HAProxy names them; 0: free ones at every start).
+	port, adminPort int
 
 	mu    sync.Mutex
 	proc  *stack.Fencegate
@@ -122,7 +129,7 @@ func startStack(ctx context.Context, dir, bin string, gateways int, extraEnv []s
 		s.stop()
 		return nil, err
 	}
-	if s.storeTCP, err = faultproxy.NewTCP("127.0.0.1:" + strconv.Itoa(s.swPorts.S3)); err != nil {
+	if s.storeTCP, err = faultproxy.NewTCP(strings.TrimPrefix(s.store.URL, "http://")); err != nil {
 		s.stop()
 		return nil, err
 	}
@@ -163,9 +170,17 @@ func startStack(ctx context.Context, dir, bin string, gateways int, extraEnv []s
 				s.stop()
 				return nil, err
 			}
+			g.port, _ = stack.FreePort()
+			g.adminPort, _ = stack.FreePort()
 		}
 		s.gateways = append(s.gateways, g)
 		if err := s.startGateway(ctx, g, ""); err != nil {
+			s.stop()
+			return nil, err
+		}
+	}
+	if cluster {
+		if err := s.startBalancer(ctx); err != nil {
 			s.stop()
 			return nil, err
 		}
@@ -191,87 +206,6 @@ func (s *campaignStack) startPostgres(ctx context.Context) error {
 	return nil
 }
 
-// startPrimary (re)starts the cluster's primary, synchronous to the
-// standby, and on first start the standby too.
-func (s *campaignStack) startPrimary(ctx context.Context) error {
-	s.pgMu.Lock()
-	dir, port := s.pgDir, s.pgPort
-	if s.pg != nil {
-		dir, port = s.pg.Dir, s.pg.Port
-	}
-	s.pgMu.Unlock()
-	pg, err := stack.StartPostgres(ctx, dir, port, true, stack.PrimarySettings(stack.StandbyName)...)
-	if err != nil {
-		return err
-	}
-	s.pgMu.Lock()
-	s.pg = pg
-	first := s.standby == nil
-	s.pgMu.Unlock()
-	if !first {
-		return nil
-	}
-	sb, err := stack.StartStandby(ctx, pg, s.standbyDir, s.standbyPort, stack.StandbyName, true)
-	if err != nil {
-		return err
-	}
-	s.pgMu.Lock()
-	s.standby = sb
-	s.pgMu.Unlock()
-	return pg.WaitStreaming(ctx, stack.StandbyName, time.Minute)
-}
-
-// failover kills the primary, promotes the standby after pause (a failover
-// manager's decision), and rebuilds the dead primary as the new synchronous
-// standby (a fresh base backup on its folder and port). The gateways follow
-// through their multi-host URL.
-func (s *campaignStack) failover(ctx context.Context, pause time.Duration) (string, error) {
-	s.pgMu.Lock()
-	old, sb := s.pg, s.standby
-	s.pgMu.Unlock()
-	if sb == nil {
-		return "", errors.New("no standby")
-	}
-	old.Crash()
-	died := time.Now()
-	sleep(ctx, pause)
-	if err := sb.Promote(context.Background()); err != nil {
-		return "", err
-	}
-	promoted := time.Since(died)
-	s.pgMu.Lock()
-	s.pg, s.standby = sb, nil
-	s.pgMu.Unlock()
-	if err := os.RemoveAll(old.Dir); err != nil {
-		return "", err
-	}
-	nsb, err := stack.StartStandby(context.Background(), sb, old.Dir, old.Port, stack.StandbyName, true)
-	if err != nil {
-		return "", err
-	}
-	s.pgMu.Lock()
-	s.standby = nsb
-	s.pgMu.Unlock()
-	if err := sb.WaitStreaming(context.Background(), stack.StandbyName, time.Minute); err != nil {
-		return "", err
-	}
-	if err := sb.SetSyncStandby(context.Background(), stack.StandbyName); err != nil {
-		return "", err
-	}
-	return fmt.Sprintf("port %d promoted %s after the primary's death; port %d rebuilt as its standby", sb.Port, promoted.Round(time.Millisecond), old.Port), nil
-}
-
-// withHosts is url u with its host list replaced by hosts and
-// target_session_attrs=read-write: a multi-host URL.
-func withHosts(u string, hosts ...string) string {
-	pu, _ := url.Parse(u)
-	pu.Host = strings.Join(hosts, ",")
-	q := pu.Query()
-	q.Set("target_session_attrs", "read-write")
-	pu.RawQuery = q.Encode()
-	return pu.String()
-}
-
 // blackholeDB cuts gateway g off from PostgreSQL (every server) or lets it back.
 func (g *gatewayProc) blackholeDB(on bool) {
 	g.pgProxy.Blackhole(on)
@@ -281,6 +215,9 @@ func (g *gatewayProc) blackholeDB(on bool) {
 }
 
 func (s *campaignStack) startSeaweed(ctx context.Context) error {
+	if s.cluster {
+		return s.startSeaweedCluster(ctx)
+	}
 	sw, err := stack.StartSeaweed(ctx, s.weedBin, s.swDir, s.swPorts, s.store.AccessKey, s.store.SecretKey)
 	if err != nil {
 		return err
@@ -308,8 +245,11 @@ func (s *campaignStack) restartPostgres(ctx context.Context, crash bool, pause t
 }
 
 // restartSeaweed stops SeaweedFS (SIGTERM, or a crash) and starts it again on
-// its data and ports after pause.
+// its data and ports after pause; on the cluster, its S3 gateway (restartS3).
 func (s *campaignStack) restartSeaweed(ctx context.Context, crash bool, pause time.Duration) error {
+	if s.cluster {
+		return s.restartS3(ctx, crash, pause)
+	}
 	s.swMu.Lock()
 	sw := s.sw
 	s.swMu.Unlock()
@@ -351,6 +291,7 @@ func (s *campaignStack) startGateway(ctx context.Context, g *gatewayProc, failpo
 	if g.index == noListenerGateway {
 		cfg.Env = append(cfg.Env, "FENCEGATE_LEASE_LISTEN=false")
 	}
+	cfg.Port, cfg.AdminPort = g.port, g.adminPort
 	var (
 		p   *stack.Fencegate
 		err error
@@ -386,9 +327,13 @@ func (s *campaignStack) killGateway(g *gatewayProc) {
 }
 
 // healthy reports whether every gateway answers /readyz 200 (serving, with
-// its database and store reachable).
+// its database and store reachable) and, on the cluster, every SeaweedFS
+// part runs and HAProxy sees every gateway up.
 func (s *campaignStack) healthy() error {
 	var errs []error
+	if s.cluster {
+		errs = append(errs, s.clusterHealthy())
+	}
 	for _, g := range s.gateways {
 		g.mu.Lock()
 		p := g.proc
@@ -411,6 +356,7 @@ func (s *campaignStack) healthy() error {
 }
 
 func (s *campaignStack) stop() {
+	s.balancer.Stop()
 	for _, g := range s.gateways {
 		g.mu.Lock()
 		p := g.proc
@@ -429,6 +375,7 @@ func (s *campaignStack) stop() {
 	}
 	s.swMu.Lock()
 	s.sw.Stop()
+	s.swc.Stop()
 	s.swMu.Unlock()
 	s.pgMu.Lock()
 	s.pg.Stop()

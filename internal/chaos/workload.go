@@ -91,6 +91,20 @@ type worker struct {
 	rng      *rand.Rand
 	seq      int
 	lastRead map[string]string
+	// viaBalancer: the worker sends through the load balancer (the cluster
+	// stack's HAProxy), its operations' gateway history.Balancer.
+	viaBalancer bool
+	failing     int // operations in a row that failed or went unanswered
+}
+
+// finish records op as the worker's own.
+func (w *worker) finish(op history.Op) {
+	if op.Outcome == history.Failed || op.Outcome == history.Unknown {
+		w.failing++
+	} else {
+		w.failing = 0
+	}
+	w.c.rec.finish(op)
 }
 
 // weighted is a choice and how often it is drawn against the others.
@@ -133,6 +147,11 @@ func (w *worker) newValue(prefix string) string {
 func (w *worker) run(ctx context.Context) {
 	for ctx.Err() == nil {
 		gi, url := w.c.pickGateway(w.rng)
+		if w.viaBalancer {
+			// Always there: while HAProxy is down its clients' connections
+			// are refused (a definite failure), or cut under way (unknown).
+			gi, url = history.Balancer, w.c.gatewayURL(history.Balancer)
+		}
 		if url == "" {
 			sleep(ctx, 50*time.Millisecond)
 			continue
@@ -160,7 +179,15 @@ func (w *worker) run(ctx context.Context) {
 			_, other := w.c.pickKey(w.rng)
 			w.deleteObjects(cl, gi, bucket, key, other)
 		}
-		sleep(ctx, time.Duration(w.rng.IntN(20))*time.Millisecond)
+		pause := time.Duration(w.rng.IntN(20)) * time.Millisecond
+		if w.viaBalancer {
+			// HAProxy answers 503 at once while it sees no gateway up (their
+			// /readyz fails while the store or the database is away), and
+			// refuses connections while it restarts: back off a little
+			// rather than fill the history with instant failures.
+			pause += min(time.Duration(w.failing)*20*time.Millisecond, 300*time.Millisecond)
+		}
+		sleep(ctx, pause)
 	}
 }
 
@@ -185,7 +212,7 @@ func (w *worker) get(cl *s3.Client, gi int, bucket, key string) {
 	} else {
 		w.readError(&op, err)
 	}
-	w.c.rec.finish(op)
+	w.finish(op)
 }
 
 func (w *worker) head(cl *s3.Client, gi int, bucket, key string) {
@@ -206,7 +233,7 @@ func (w *worker) head(cl *s3.Client, gi int, bucket, key string) {
 		w.readError(&op, err)
 		op.Detail = "HEAD " + op.Detail
 	}
-	w.c.rec.finish(op)
+	w.finish(op)
 }
 
 // readError records a failed read: 404 NoSuchKey is an answer (absent); any
@@ -248,7 +275,7 @@ func (w *worker) put(cl *s3.Client, gi int, bucket, key string, cond history.Con
 		op.Gen = generationOf(out.ResultMetadata)
 	}
 	writeOutcome(&op, err)
-	w.c.rec.finish(op)
+	w.finish(op)
 }
 
 func (w *worker) copy(cl *s3.Client, gi int, bucket, key string) {
@@ -266,7 +293,7 @@ func (w *worker) copy(cl *s3.Client, gi int, bucket, key string) {
 	}
 	writeOutcome(&op, err)
 	op.Detail = "copy " + op.Detail
-	w.c.rec.finish(op)
+	w.finish(op)
 }
 
 // multipart creates an upload with one part and completes it, trying the
@@ -323,7 +350,7 @@ func (w *worker) multipart(cl *s3.Client, gi int, bucket, key string) {
 		op.Outcome = history.Unknown
 	}
 	op.Detail = "complete: " + strings.Join(details, "; ")
-	w.c.rec.finish(op)
+	w.finish(op)
 }
 
 func (w *worker) delete(cl *s3.Client, gi int, bucket, key string) {
@@ -335,7 +362,7 @@ func (w *worker) delete(cl *s3.Client, gi int, bucket, key string) {
 		op.Gen = generationOf(out.ResultMetadata)
 	}
 	writeOutcome(&op, err)
-	w.c.rec.finish(op)
+	w.finish(op)
 }
 
 // deleteObjects deletes two keys of a bucket in one request: each entry is an
@@ -375,7 +402,7 @@ func (w *worker) deleteObjects(cl *s3.Client, gi int, bucket, a, b string) {
 		}
 	}
 	for _, k := range keys {
-		w.c.rec.finish(perKey[k])
+		w.finish(perKey[k])
 	}
 }
 

@@ -74,6 +74,9 @@ type ServeConfig struct {
 	// default: the gateway serves) or "/readyz" (PostgreSQL and the store
 	// reachable too).
 	Ready string
+	// Port and AdminPort are the S3 and admin listeners' ports, 0 for free
+	// ones: a gateway restarted behind a balancer keeps its address.
+	Port, AdminPort int
 }
 
 // Environ is the environment the child runs with, without its listen
@@ -104,17 +107,22 @@ type Fencegate struct {
 	Admin string // the admin listener
 }
 
-// StartFencegate starts `fencegate serve` on free local ports and waits up to
+// StartFencegate starts `fencegate serve` on cfg's ports (free ones unless
+// set) and waits up to
 // 30 s for cfg.Ready to answer 200. A child that exits first is reported with
 // its log.
 func StartFencegate(ctx context.Context, cfg ServeConfig) (*Fencegate, error) {
-	port, err := FreePort()
-	if err != nil {
-		return nil, err
+	port, adminPort := cfg.Port, cfg.AdminPort
+	var err error
+	if port == 0 {
+		if port, err = FreePort(); err != nil {
+			return nil, err
+		}
 	}
-	adminPort, err := FreePort()
-	if err != nil {
-		return nil, err
+	if adminPort == 0 {
+		if adminPort, err = FreePort(); err != nil {
+			return nil, err
+		}
 	}
 	if cfg.Ready == "" {
 		cfg.Ready = "/healthz"

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/url"
 	"os"
@@ -29,20 +30,23 @@ type HAProxyBackend struct {
 // over gateways, taking a gateway out while its /readyz fails.
 type HAProxy struct {
 	*proc
-	URL  string // http://127.0.0.1:PORT, the S3 endpoint
-	cfg  string
-	port int
+	URL    string // http://127.0.0.1:PORT, the S3 endpoint
+	cfg    string
+	port   int
+	socket string // the runtime API's unix socket (admin level, this user's only)
 }
 
 // haproxyConfig is the whole configuration: round robin over the
 // gateways, each checked every second on its admin port's /readyz (out
-// after 2 failures, back after 2 successes), and a request that could not
-// connect sent once more to another gateway.
-func haproxyConfig(port int, backends []HAProxyBackend) (string, error) {
+// after 2 failures, back after 2 successes), a request that could not
+// connect sent once more to another gateway, and the runtime API on a unix
+// socket (SetServerState, ServerStatus).
+func haproxyConfig(port int, socket string, backends []HAProxyBackend) (string, error) {
 	var b strings.Builder
 	fmt.Fprintf(&b, `# Written by fencegate at every start.
 global
   maxconn 4096
+  stats socket %s mode 600 level admin
 defaults
   mode http
   timeout connect 2s
@@ -58,7 +62,7 @@ backend gateways
   option httpchk GET /readyz
   http-check expect status 200
   default-server inter 1s fall 2 rise 2
-`, port)
+`, socket, port)
 	for _, be := range backends {
 		s3, err := url.Parse(be.S3)
 		if err != nil {
@@ -89,7 +93,10 @@ func StartHAProxy(ctx context.Context, dir string, port int, backends []HAProxyB
 			return nil, err
 		}
 	}
-	text, err := haproxyConfig(port, backends)
+	// In the temporary folder, as weed's sockets: a unix socket's path is
+	// limited to 107 bytes, which dir may pass.
+	socket := filepath.Join(os.TempDir(), fmt.Sprintf("fencegate-haproxy-%d.sock", port))
+	text, err := haproxyConfig(port, socket, backends)
 	if err != nil {
 		return nil, err
 	}
@@ -97,7 +104,7 @@ func StartHAProxy(ctx context.Context, dir string, port int, backends []HAProxyB
 	if err := WritePrivateFile(cfg, []byte(text)); err != nil {
 		return nil, err
 	}
-	h := &HAProxy{URL: fmt.Sprintf("http://127.0.0.1:%d", port), cfg: cfg, port: port}
+	h := &HAProxy{URL: fmt.Sprintf("http://127.0.0.1:%d", port), cfg: cfg, port: port, socket: socket}
 	return h, h.Start(ctx)
 }
 
@@ -138,5 +145,79 @@ func (h *HAProxy) Start(ctx context.Context) error {
 func (h *HAProxy) Stop() {
 	if h != nil {
 		h.proc.stop(syscall.SIGTERM, 10*time.Second)
+		os.Remove(h.socket)
 	}
+}
+
+// Crash kills haproxy (SIGKILL); Start brings it back.
+func (h *HAProxy) Crash() {
+	if h != nil {
+		h.proc.stop(syscall.SIGKILL, 10*time.Second)
+		os.Remove(h.socket)
+	}
+}
+
+// Running reports whether haproxy's process is running.
+func (h *HAProxy) Running() bool { return h != nil && h.proc != nil && !h.proc.hasExited() }
+
+// runtime sends one command to the runtime API and returns its answer.
+func (h *HAProxy) runtime(ctx context.Context, command string) (string, error) {
+	var d net.Dialer
+	c, err := d.DialContext(ctx, "unix", h.socket)
+	if err != nil {
+		return "", err
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(5 * time.Second))
+	if _, err := c.Write([]byte(command + "\n")); err != nil {
+		return "", err
+	}
+	b, err := io.ReadAll(c)
+	return string(b), err
+}
+
+// SetServerState sets backend server name's administrative state: "maint"
+// takes it out of the balancer (no new requests; those under way finish),
+// "drain" sends it none but sticky ones, "ready" puts it back. A restart
+// of haproxy forgets it: every server is ready again.
+func (h *HAProxy) SetServerState(ctx context.Context, name, state string) error {
+	out, err := h.runtime(ctx, fmt.Sprintf("set server gateways/%s state %s", name, state))
+	if err != nil {
+		return err
+	}
+	if out = strings.TrimSpace(out); out != "" {
+		return fmt.Errorf("haproxy: set server %s state %s: %s", name, state, out)
+	}
+	return nil
+}
+
+// ServerStatus is each backend server's status as haproxy sees it: "UP",
+// "DOWN", "MAINT", "UP 1/2" (going down) and the like.
+func (h *HAProxy) ServerStatus(ctx context.Context) (map[string]string, error) {
+	out, err := h.runtime(ctx, "show stat")
+	if err != nil {
+		return nil, err
+	}
+	// CSV: "# pxname,svname,...,status,...", one line per proxy and server.
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	if len(lines) == 0 || !strings.HasPrefix(lines[0], "# ") {
+		return nil, fmt.Errorf("haproxy: show stat: %q", out)
+	}
+	col := -1
+	for i, name := range strings.Split(strings.TrimPrefix(lines[0], "# "), ",") {
+		if name == "status" {
+			col = i
+		}
+	}
+	if col < 0 {
+		return nil, fmt.Errorf("haproxy: show stat has no status column")
+	}
+	m := map[string]string{}
+	for _, line := range lines[1:] {
+		f := strings.Split(line, ",")
+		if len(f) > col && f[0] == "gateways" && f[1] != "BACKEND" {
+			m[f[1]] = f[col]
+		}
+	}
+	return m, nil
 }

@@ -72,5 +72,16 @@ func (p *proc) stop(sig syscall.Signal, grace time.Duration) {
 	p.logFile.Close()
 }
 
+// hasExited reports whether the process has exited.
+func (p *proc) hasExited() bool {
+	select {
+	case err := <-p.exited:
+		p.exited <- err
+		return true
+	default:
+		return false
+	}
+}
+
 // Pid is the process id, for tests that kill or inspect it.
 func (p *proc) Pid() int { return p.cmd.Process.Pid }

@@ -114,13 +114,9 @@ func StartSeaweedCluster(ctx context.Context, bin, dir string, volumes int, acce
 		c.Stop()
 		return nil, err
 	}
-	if c.S3, err = c.start("s3", c.s3Args); err != nil {
+	if err := c.StartS3(ctx); err != nil {
 		c.Stop()
 		return nil, err
-	}
-	if err := waitS3(ctx, c.Endpoint, c.S3.exited, 90*time.Second); err != nil {
-		c.Stop()
-		return nil, fmt.Errorf("SeaweedFS S3 at %s not ready: %v\n%s", c.URL, err, c.S3.logTail())
 	}
 	return c, nil
 }
@@ -161,6 +157,50 @@ func (c *SeaweedCluster) StartFiler() error {
 
 // StopFiler stops the filer (SIGTERM, as a restart would).
 func (c *SeaweedCluster) StopFiler() { c.Filer.stop(syscall.SIGTERM, 15*time.Second) }
+
+// KillFiler kills the filer (SIGKILL); StartFiler brings it back.
+func (c *SeaweedCluster) KillFiler() { c.Filer.stop(syscall.SIGKILL, 10*time.Second) }
+
+// StopS3 stops the S3 gateway: SIGTERM, or SIGKILL if crash.
+func (c *SeaweedCluster) StopS3(crash bool) {
+	if crash {
+		c.S3.stop(syscall.SIGKILL, 10*time.Second)
+	} else {
+		c.S3.stop(syscall.SIGTERM, 15*time.Second)
+	}
+}
+
+// StartS3 (re)starts the S3 gateway on its port and waits until it answers
+// a signed ListBuckets.
+func (c *SeaweedCluster) StartS3(ctx context.Context) error {
+	p, err := c.start("s3", c.s3Args)
+	if err != nil {
+		return err
+	}
+	c.S3 = p
+	if err := waitS3(ctx, c.Endpoint, p.exited, 90*time.Second); err != nil {
+		return fmt.Errorf("SeaweedFS S3 at %s not ready: %v\n%s", c.URL, err, p.logTail())
+	}
+	return nil
+}
+
+// NotRunning names the parts not running (exited, or killed and not
+// started again): "master", "volume1".., "filer", "s3".
+func (c *SeaweedCluster) NotRunning() []string {
+	var out []string
+	check := func(name string, p *proc) {
+		if p == nil || p.hasExited() {
+			out = append(out, name)
+		}
+	}
+	check("master", c.Master)
+	for i, v := range c.Volumes {
+		check("volume"+strconv.Itoa(i+1), v)
+	}
+	check("filer", c.Filer)
+	check("s3", c.S3)
+	return out
+}
 
 // Stop ends every part, the S3 gateway first and the master last.
 func (c *SeaweedCluster) Stop() {

@@ -98,11 +98,7 @@ func Summary(ops []Op) string {
 		clients[op.Client] = true
 		kinds[string(op.Kind)]++
 		outcomes[string(op.Kind)+" "+string(op.Outcome)]++
-		if op.Direct() {
-			routes["direct"]++
-		} else {
-			routes[fmt.Sprintf("gateway %d", op.Gateway)]++
-		}
+		routes[op.Route()]++
 		switch {
 		case op.Settled != "":
 			settled[fmt.Sprintf("%s -> %s", op.Settled, op.Outcome)]++

@@ -59,6 +59,7 @@ func TestSummary(t *testing.T) {
 		get(3, "", 8, 9),
 	)
 	ops[1].Gateway = 2
+	ops[7].Gateway = Balancer
 	s := Summary(ops)
 	for _, want := range []string{
 		"9 ops on 2 keys by 4 clients",
@@ -66,7 +67,7 @@ func TestSummary(t *testing.T) {
 		"write ok 3",
 		"write failed 2",
 		"read absent 1",
-		"by route: gateway 0 7, direct 1, gateway 2 1",
+		"by route: gateway 0 6, balancer 1, direct 1, gateway 2 1",
 		"2  not found -> failed",
 		"1  adopted -> ok",
 		"1  unsettled",

@@ -15,6 +15,8 @@
 // number never reaches the history).
 package history
 
+import "fmt"
+
 // Kind is what an operation does to its key.
 type Kind string
 
@@ -52,7 +54,7 @@ const (
 type Op struct {
 	ID        int64   `json:"id"`
 	Client    int     `json:"client"`
-	Gateway   int     `json:"gateway"` // the gateway used; -1 for an operation straight at the store
+	Gateway   int     `json:"gateway"` // the gateway used; -1 for an operation straight at the store, Balancer through the load balancer
 	Key       string  `json:"key"`     // "bucket/key"
 	Kind      Kind    `json:"kind"`
 	Value     string  `json:"value,omitempty"` // written value (every write writes a distinct value; copies write their source's value, which is fixed), or the value read
@@ -73,9 +75,27 @@ type Op struct {
 	Before int64 `json:"before,omitempty"`
 }
 
+// Balancer is the Gateway of an operation sent through the load balancer in
+// front of the gateways (the cluster stack's HAProxy): it reached whichever
+// gateway the balancer chose, which the check needs no more than any other
+// gateway's number (every gateway serves every key).
+const Balancer = 100
+
 // Direct reports whether the operation went straight at the store, around
 // every gateway.
 func (o *Op) Direct() bool { return o.Gateway < 0 }
+
+// Route names the way the operation went: "direct", "balancer" or
+// "gateway N".
+func (o *Op) Route() string {
+	switch {
+	case o.Direct():
+		return "direct"
+	case o.Gateway == Balancer:
+		return "balancer"
+	}
+	return fmt.Sprintf("gateway %d", o.Gateway)
+}
 
 // Acknowledged reports whether a gateway numbered the operation's effect: an
 // OK write or delete with a generation. Only those are bound by the

@@ -266,12 +266,7 @@ func origin(op *Op) string {
 		return "added by the checker"
 	}
 	var b strings.Builder
-	fmt.Fprintf(&b, "op %d client %d ", op.ID, op.Client)
-	if op.Direct() {
-		b.WriteString("direct")
-	} else {
-		fmt.Fprintf(&b, "gateway %d", op.Gateway)
-	}
+	fmt.Fprintf(&b, "op %d client %d %s", op.ID, op.Client, op.Route())
 	fmt.Fprintf(&b, " [%s, %s]", ms(op.Invoke), ms(op.Return))
 	if op.Detail != "" {
 		b.WriteString(" ")
