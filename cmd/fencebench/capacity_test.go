@@ -15,7 +15,6 @@ func TestSizeFor(t *testing.T) {
 		Put:       roleCPU{PGPrimary: 1, PGStandby: 0.2, Gateways: 2, HAProxy: 0.25, Volumes: 4, Filer: 2, S3: 1.5, Master: 0.5},
 		Get:       roleCPU{PGPrimary: 0.1, Gateways: 0.5, Volumes: 1, S3: 1},
 		PutTxns:   0.5,
-		HotTxns:   2,
 		SizeBytes: 64 << 10,
 	}
 	s := sizeFor(c, 1000, 0)
@@ -27,8 +26,12 @@ func TestSizeFor(t *testing.T) {
 	if !near(s.StoreCores, 16) || s.StoreNodes != 4 {
 		t.Errorf("1000 PUT/s: store %.2f cores, %d nodes; want 16 and 4", s.StoreCores, s.StoreNodes)
 	}
-	if !near(s.CommitsPerS, 500) || !near(s.UnbatchedCommitsPerS, 2000) {
-		t.Errorf("1000 PUT/s: %.0f commits/s (%.0f unbatched); want 500 (2000)", s.CommitsPerS, s.UnbatchedCommitsPerS)
+	if !near(s.CommitsPerS, 500) {
+		t.Errorf("1000 PUT/s: %.0f write transactions/s; want 500", s.CommitsPerS)
+	}
+	// A 32-core primary at 50% busy, 1 ms per PUT: 16,000 PUT/s.
+	if got := primaryCeiling(c, 32); !near(got, 16000) {
+		t.Errorf("a 32-core primary carries %.0f PUT/s; want 16000", got)
 	}
 	if !near(s.DiskMiBPerS, 125) { // 1000 × 64 KiB × 2 copies
 		t.Errorf("1000 PUT/s: %.1f MiB/s written; want 125", s.DiskMiBPerS)
@@ -47,8 +50,8 @@ func TestSizeFor(t *testing.T) {
 	}
 }
 
-// The sizing takes each part's worst cost over the runs, the hot key's only
-// for its write transactions.
+// The sizing takes each part's worst cost over the runs, and none from the
+// hot key's.
 func TestCostsOfTakesTheWorstRun(t *testing.T) {
 	res := capacityResults{Config: capacityConfig{SizeBytes: 64 << 10}, Runs: []capacityRun{
 		{Gateways: 1, Phases: []capacityPhase{
@@ -66,8 +69,8 @@ func TestCostsOfTakesTheWorstRun(t *testing.T) {
 	if c.Put.PGPrimary != 2 || c.Put.Gateways != 3 || c.Get.Gateways != 0.7 {
 		t.Errorf("PUT costs %+v, GET %+v; want PG primary 2, gateways 3 per PUT and gateways 0.7 per GET", c.Put, c.Get)
 	}
-	if c.PutTxns != 0.6 || c.HotTxns != 2.1 || c.SizeBytes != 64<<10 {
-		t.Errorf("write transactions per PUT %.2f, one key %.2f, size %d; want 0.6, 2.1, 64 KiB", c.PutTxns, c.HotTxns, c.SizeBytes)
+	if c.PutTxns != 0.6 || c.SizeBytes != 64<<10 {
+		t.Errorf("write transactions per PUT %.2f, size %d; want 0.6 and 64 KiB", c.PutTxns, c.SizeBytes)
 	}
 }
 

@@ -37,8 +37,7 @@ const (
 // other load more than by the count), and the PUT's write transactions.
 type sizingCosts struct {
 	Put, Get  roleCPU
-	PutTxns   float64 // write transactions per PUT across many keys (group commit shares them)
-	HotTxns   float64 // per PUT on one key: one writer at a time, nothing to share
+	PutTxns   float64 // write transactions per PUT across many keys
 	SizeBytes int64
 }
 
@@ -53,8 +52,6 @@ func costsOf(res capacityResults) sizingCosts {
 				c.PutTxns = math.Max(c.PutTxns, p.WriteTxnPerOp)
 			case opGET:
 				c.Get = maxRoles(c.Get, p.CPUMsPerOp)
-			case opPUTHotCluster:
-				c.HotTxns = math.Max(c.HotTxns, p.WriteTxnPerOp)
 			}
 		}
 	}
@@ -74,29 +71,37 @@ type sizing struct {
 	DBCores, StandbyCores, GatewayCores, BalancerCores float64
 	StoreCores                                         float64
 	StoreNodes                                         int
-	CommitsPerS, UnbatchedCommitsPerS, DiskMiBPerS     float64
+	CommitsPerS, DiskMiBPerS                           float64
 }
 
 // sizeFor is the arithmetic: cores = (ms/PUT × PUT/s + ms/GET × GET/s) /
 // 1000 / capacityBusy; store nodes = the store's cores over storeNodeCores,
-// at least minStoreNodes; commits = write transactions/PUT × PUT/s, and
-// unbatched with the one-key ratio (no group commit to share them); disk =
+// at least minStoreNodes; commits = write transactions/PUT × PUT/s; disk =
 // PUT bytes/s × storeCopies.
 func sizeFor(c sizingCosts, putPerS, getPerS float64) sizing {
 	cores := func(put, get float64) float64 { return (put*putPerS + get*getPerS) / 1000 / capacityBusy }
 	s := sizing{
 		PutPerS: putPerS, GetPerS: getPerS,
-		DBCores:              cores(c.Put.PGPrimary, c.Get.PGPrimary),
-		StandbyCores:         cores(c.Put.PGStandby, c.Get.PGStandby),
-		GatewayCores:         cores(c.Put.Gateways, c.Get.Gateways),
-		BalancerCores:        cores(c.Put.HAProxy, c.Get.HAProxy),
-		StoreCores:           cores(c.Put.store(), c.Get.store()),
-		CommitsPerS:          c.PutTxns * putPerS,
-		UnbatchedCommitsPerS: math.Max(c.PutTxns, c.HotTxns) * putPerS,
-		DiskMiBPerS:          putPerS * float64(c.SizeBytes) * storeCopies / (1 << 20),
+		DBCores:       cores(c.Put.PGPrimary, c.Get.PGPrimary),
+		StandbyCores:  cores(c.Put.PGStandby, c.Get.PGStandby),
+		GatewayCores:  cores(c.Put.Gateways, c.Get.Gateways),
+		BalancerCores: cores(c.Put.HAProxy, c.Get.HAProxy),
+		StoreCores:    cores(c.Put.store(), c.Get.store()),
+		CommitsPerS:   c.PutTxns * putPerS,
+		DiskMiBPerS:   putPerS * float64(c.SizeBytes) * storeCopies / (1 << 20),
 	}
 	s.StoreNodes = max(minStoreNodes, int(math.Ceil(s.StoreCores/storeNodeCores-1e-9)))
 	return s
+}
+
+// primaryCeiling is the PUT/s a primary of cores cores carries at
+// capacityBusy, at the measured PostgreSQL CPU per PUT: the one part that
+// does not scale out by adding nodes.
+func primaryCeiling(c sizingCosts, cores float64) float64 {
+	if c.Put.PGPrimary <= 0 {
+		return 0
+	}
+	return cores * capacityBusy * 1000 / c.Put.PGPrimary
 }
 
 // sizingRates are the sizing table's rows.
@@ -176,23 +181,27 @@ func capacitySection(res capacityResults) string {
 
 	c := costsOf(res)
 	p("\n### Sizing from those costs\n\n")
-	p("Each part's cores for a rate, assuming its CPU per operation stays what it was here (the worst of the three runs, per part: %.2f ms PG primary, %.2f ms gateways, %.2f ms store per PUT; %.2f, %.2f and %.2f per GET) and planning each part to be at most %.0f%% busy. Rates add: a mix needs the sum of its rows' cores. Store nodes are the store's cores in %d-core nodes, at least %d (two copies, one node spare); the disk column is what those nodes write for the two copies, which this machine's numbers say nothing about: size the disks for it separately. Commits/s is what the primary commits, every one of them waiting for the synchronous standby: first at the write transactions per PUT measured across many keys (%.2f; group commit shares one transaction between the writes in flight at once, and here, with latencies this machine's load made long, many were), then at the one-key ratio (%.2f), what it is when nothing is shared: a faster machine with fewer writes in flight at once lies between the two.\n\n",
+	p("Each part's cores for a rate, assuming its CPU per operation stays what it was here (the worst of the three runs, per part: %.2f ms PG primary, %.2f ms gateways, %.2f ms store per PUT; %.2f, %.2f and %.2f per GET) and planning each part to be at most %.0f%% busy. Rates add: a mix needs the sum of its rows' cores. Store nodes are the store's cores in %d-core nodes, at least %d (two copies, one node spare); the disk column is what those nodes write for the two copies, which this machine's numbers say nothing about: size the disks for it separately. Commits/s is the write transactions the primary takes at the worst ratio measured across many keys (%.2f per PUT): the write protocol's acquire and commit, which wait for the WAL flush and the synchronous standby, and the outbox wake-ups after commits, which do not. The ratio moves with how many writes are in flight at once, since group commit lets the writes in flight share a transaction: it was lower in the run whose latencies the machine's load made longest.\n\n",
 		c.Put.PGPrimary, c.Put.Gateways, c.Put.store(), c.Get.PGPrimary, c.Get.Gateways, c.Get.store(), capacityBusy*100, storeNodeCores, minStoreNodes,
-		c.PutTxns, math.Max(c.PutTxns, c.HotTxns))
-	p("| PUT/s (%s) | GET/s (%s) | PG primary cores | PG standby cores | gateway cores | HAProxy cores | store cores | store nodes | primary commits/s (unbatched) | store disk writes MiB/s |\n", size, size)
+		c.PutTxns)
+	p("| PUT/s (%s) | GET/s (%s) | PG primary cores | PG standby cores | gateway cores | HAProxy cores | store cores | store nodes | primary write transactions/s | store disk writes MiB/s |\n", size, size)
 	p("|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, rate := range sizingRates {
 		s := sizeFor(c, rate[0], rate[1])
-		p("| %s | %s | %.1f | %.1f | %.1f | %.1f | %.1f | %d | %s (%s) | %s |\n", thousands(s.PutPerS), thousands(s.GetPerS),
+		p("| %s | %s | %.1f | %.1f | %.1f | %.1f | %.1f | %d | %s | %s |\n", thousands(s.PutPerS), thousands(s.GetPerS),
 			s.DBCores, s.StandbyCores, s.GatewayCores, s.BalancerCores, s.StoreCores, s.StoreNodes,
-			thousands(s.CommitsPerS), thousands(s.UnbatchedCommitsPerS), thousands(s.DiskMiBPerS))
+			thousands(s.CommitsPerS), thousands(s.DiskMiBPerS))
 	}
+	p("\nGateways, HAProxy and the store scale out: more processes on more nodes, each request served by one of them. The primary does not: every write of every bucket commits there. At %.2f ms of its CPU per PUT, a primary of 16, 32 or 64 cores carries about %s, %s or %s PUT/s at %.0f%% busy, if its cost per PUT stays linear that far and its WAL and the standby keep up with %s, %s or %s write transactions/s (neither measured here).\n",
+		c.Put.PGPrimary, thousands(primaryCeiling(c, 16)), thousands(primaryCeiling(c, 32)), thousands(primaryCeiling(c, 64)), capacityBusy*100,
+		thousands(primaryCeiling(c, 16)*c.PutTxns), thousands(primaryCeiling(c, 32)*c.PutTxns), thousands(primaryCeiling(c, 64)*c.PutTxns))
 	p("\n### The first bottleneck: one key's writes\n\n")
 	p("The rates above spread over many keys, and their cost grows with the rate. One key's writes do not spread: the protocol lets one writer at a time hold a key's lease, so a hot key's writes form a chain whose every link is one write (lease, store PUT, commit with the standby's flush). Measured here, %d clients on one key:\n\n", cfg.HotClients)
 	for _, r := range res.Runs {
 		for _, ph := range r.Phases {
 			if ph.Op == opPUTHotCluster {
-				p("- %d gateway(s): %.1f PUT/s, p50 %.1f ms, p99 %.1f ms, %.2f PG write transactions per PUT.\n", r.Gateways, ph.AchievedPerS, ph.P50Ms, ph.P99Ms, ph.WriteTxnPerOp)
+				p("- %d gateway(s): %.1f PUT/s (one write every %.1f ms), p50 %.1f ms, p99 %.1f ms; %.2f PG write transactions and %.2f ms of PG primary CPU per PUT.\n",
+					r.Gateways, ph.AchievedPerS, 1000/ph.AchievedPerS, ph.P50Ms, ph.P99Ms, ph.WriteTxnPerOp, ph.CPUMsPerOp.PGPrimary)
 			}
 		}
 	}
