@@ -58,6 +58,15 @@ bench:
 bench-quick:
 	$(GO) run ./cmd/fencebench -quick
 
+# The capacity model (docs/SCALING.md, issue 33): the cluster stack with 1, 2
+# and 3 gateways behind HAProxy, each under the same offered load (64 KiB PUTs
+# at 120/s, then GETs at 300/s, 20 s each, then 8 writers on one key), and
+# every part's CPU per operation; writes docs/capacity-results.json and the
+# generated section of docs/SCALING.md (about 5 minutes; needs haproxy).
+.PHONY: bench-capacity
+bench-capacity:
+	$(GO) run ./cmd/fencebench -capacity
+
 # Redraw docs/throughput.png and .svg from docs/bench-results.json, measuring nothing.
 bench-plot:
 	$(GO) run ./cmd/fencebench -from docs/bench-results.json -plot-only

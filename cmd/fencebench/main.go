@@ -10,7 +10,8 @@
 // the gateway. Results go to docs/bench-results.json,
 // docs/PERFORMANCE.md and docs/throughput.png (and .svg). `make bench` runs it;
 // `make bench-quick` adds -quick, whose noisy results go to bin/bench-quick/
-// unless -out or -docs name a place.
+// unless -out or -docs name a place. -capacity (`make bench-capacity`,
+// capacity.go) measures the cluster stack's cost per operation instead.
 package main
 
 import (
@@ -25,6 +26,8 @@ import (
 	"regexp"
 	"runtime"
 	"slices"
+	"strconv"
+	"strings"
 	"syscall"
 	"time"
 )
@@ -41,6 +44,11 @@ type options struct {
 	perfDir    string
 	cells      string
 	plotOnly   bool
+	capacity   bool
+	capOut     string
+	capDoc     string
+	capCfg     capacityConfig
+	capGWs     string
 }
 
 // quickDir is where a -quick run writes unless told otherwise: its short cells
@@ -76,15 +84,41 @@ func main() {
 	flag.StringVar(&o.from, "from", "", "do not measure: regenerate the docs and tables from this results file")
 	flag.BoolVar(&o.plotOnly, "plot-only", false, "with -from: redraw only throughput.png and .svg in -docs (PERFORMANCE.md keeps the run's date and machine)")
 	flag.IntVar(&o.rounds, "rounds", 3, "interleaved rounds (every figure is their median)")
-	flag.DurationVar(&o.duration, "duration", 0, "time per cell and target (default 2.5s, -quick 0.3s)")
 	flag.StringVar(&o.logLevel, "log-level", "info", "fencegate's log level (its default, info, logs one line per request)")
 	flag.StringVar(&o.fgBin, "fencegate", "", "use this fencegate binary instead of building ./cmd/fencegate from the checkout")
 	flag.StringVar(&o.perfDir, "perf", "", "instead of the benchmark: record perf(1) CPU profiles of fencegate under a few cells into this folder")
 	flag.StringVar(&o.cells, "cells", "", "measure only the cells whose name matches this regular expression (e.g. 'GET 64 MiB'), print their tables and write no files (no streaming check either)")
+	flag.BoolVar(&o.capacity, "capacity", false, "instead of the benchmark: the cluster stack with 1, 2 and 3 gateways under the same offered load, and each part's CPU per operation (docs/SCALING.md); with -from, regenerate its section from a capacity results file")
+	flag.StringVar(&o.capOut, "capacity-out", "docs/capacity-results.json", "with -capacity: results file (JSON; empty: none)")
+	flag.StringVar(&o.capDoc, "capacity-doc", "docs/SCALING.md", "with -capacity: the document whose generated section it rewrites (empty: none)")
+	flag.StringVar(&o.capGWs, "capacity-gateways", "1,2,3", "with -capacity: the gateway counts, one cluster stack each")
+	flag.Float64Var(&o.capCfg.PutPerS, "capacity-put-rate", 120, "with -capacity: offered PUT/s (open loop)")
+	flag.Float64Var(&o.capCfg.GetPerS, "capacity-get-rate", 300, "with -capacity: offered GET/s (open loop)")
+	flag.DurationVar(&o.duration, "duration", 0, "time per cell and target (default 2.5s, -quick 0.3s; -capacity: per load phase, default 20s)")
 	flag.Parse()
 	set := map[string]bool{}
 	flag.Visit(func(f *flag.Flag) { set[f.Name] = true })
 	quickOutputs(&o, set)
+	if o.capacity {
+		if o.duration == 0 {
+			o.duration = 20 * time.Second
+		}
+		for _, f := range strings.Split(o.capGWs, ",") {
+			n, err := strconv.Atoi(strings.TrimSpace(f))
+			if err != nil || n < 1 {
+				fmt.Fprintf(os.Stderr, "fencebench: -capacity-gateways: %q is not a gateway count\n", f)
+				os.Exit(2)
+			}
+			o.capCfg.Gateways = append(o.capCfg.Gateways, n)
+		}
+		o.capCfg.SizeBytes = 64 << 10
+		o.capCfg.PhaseSecs = o.duration.Seconds()
+		o.capCfg.IdleSecs = 5
+		o.capCfg.HotClients = 8
+		o.capCfg.HotSecs = 10
+		o.capCfg.MaxInFlight = 256
+		o.capCfg.LogLevel = o.logLevel
+	}
 	if o.duration == 0 {
 		o.duration = 2500 * time.Millisecond
 		if o.quick {
@@ -101,9 +135,14 @@ func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	var err error
-	if o.from != "" {
+	switch {
+	case o.capacity && o.from != "":
+		err = capacityFromFile(o.from, o.capDoc)
+	case o.capacity:
+		err = runCapacity(ctx, o.capCfg, o.fgBin, o.capOut, o.capDoc)
+	case o.from != "":
 		err = fromFile(o)
-	} else {
+	default:
 		err = run(ctx, o)
 	}
 	if err != nil {
