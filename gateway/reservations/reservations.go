@@ -5,6 +5,7 @@
 package reservations
 
 import (
+	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"net/url"
@@ -55,6 +56,82 @@ type Reservation struct {
 	// reservation names, if any).
 	PutURL     string            `json:"put_url,omitempty"`
 	PutHeaders map[string]string `json:"put_headers,omitempty"`
+	// For a live reservation: the browser form that uploads under it.
+	Post *PostForm `json:"post,omitempty"`
+}
+
+// PostForm is a browser-form upload (S3's POST Object) under a
+// reservation: a multipart/form-data POST to URL with Fields, in any order,
+// before the file part (named "file"). Its policy, signed like the PUT URL,
+// pins the bucket, the key, the reservation (Param as a field), the size
+// (content-length-range: [size, size], or [0, max_size]) and the checksum
+// the reservation names (its x-amz-checksum-<algorithm> field); a form may
+// add Content-Type (pinned when the reservation names one) and nothing else.
+type PostForm struct {
+	URL    string            `json:"url"`
+	Fields map[string]string `json:"fields"`
+}
+
+// Presign fills r's presigned PUT (PresignPut) and browser form
+// (PresignPost).
+func Presign(r *Reservation, endpoint, region, secret string, now time.Time) error {
+	if err := PresignPut(r, endpoint, region, secret, now); err != nil {
+		return err
+	}
+	return PresignPost(r, endpoint, region, secret, now)
+}
+
+// PresignPost fills r.Post for a live reservation: the form's URL (the
+// bucket at endpoint, path-style) and fields, its policy expiring with the
+// reservation and signed with the reservation's own access key (secret is
+// its secret) for region. The gateway admits the form only as a write under
+// this reservation.
+func PresignPost(r *Reservation, endpoint, region, secret string, now time.Time) error {
+	if r.State != Reserved {
+		return nil
+	}
+	u, err := url.Parse(endpoint)
+	if err != nil || u.Host == "" {
+		return fmt.Errorf("endpoint %q: want scheme://host[:port]", endpoint)
+	}
+	now = now.UTC()
+	date, amzDate := now.Format("20060102"), sigv4.AmzDate(now)
+	credential := r.AccessKeyID + "/" + date + "/" + region + "/s3/aws4_request"
+	fields := map[string]string{"key": r.Key, Param: r.ID,
+		"x-amz-algorithm": "AWS4-HMAC-SHA256", "x-amz-credential": credential, "x-amz-date": amzDate}
+	conditions := []any{
+		map[string]string{"bucket": r.Bucket},
+		[]string{"eq", "$key", r.Key},
+		map[string]string{Param: r.ID},
+		map[string]string{"x-amz-algorithm": "AWS4-HMAC-SHA256"},
+		map[string]string{"x-amz-credential": credential},
+		map[string]string{"x-amz-date": amzDate},
+	}
+	switch {
+	case r.ExactSize != nil:
+		conditions = append(conditions, []any{"content-length-range", *r.ExactSize, *r.ExactSize})
+	case r.MaxSize != nil:
+		conditions = append(conditions, []any{"content-length-range", 0, *r.MaxSize})
+	}
+	if header, value := r.ChecksumHeader(); header != "" {
+		fields[header] = value
+		conditions = append(conditions, map[string]string{header: value})
+	}
+	if r.ContentType != "" {
+		fields["Content-Type"] = r.ContentType
+		conditions = append(conditions, map[string]string{"content-type": r.ContentType})
+	} else {
+		conditions = append(conditions, []string{"starts-with", "$Content-Type", ""})
+	}
+	doc, err := json.Marshal(map[string]any{"expiration": r.ExpiresAt.UTC().Format("2006-01-02T15:04:05.000Z"), "conditions": conditions})
+	if err != nil {
+		return err
+	}
+	policy := base64.StdEncoding.EncodeToString(doc)
+	fields["policy"] = policy
+	fields["x-amz-signature"] = sigv4.PostPolicySignature(policy, secret, date, region)
+	r.Post = &PostForm{URL: strings.TrimRight(endpoint, "/") + "/" + r.Bucket, Fields: fields}
+	return nil
 }
 
 // PresignPut fills r.PutURL (and r.PutHeaders) for a live reservation: a PUT
