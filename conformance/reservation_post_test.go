@@ -1,6 +1,7 @@
 package conformance
 
 import (
+	"bytes"
 	"context"
 	"encoding/base64"
 	"encoding/json"
@@ -9,12 +10,14 @@ import (
 	"os/exec"
 	"sort"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/fencegate/fencegate/gateway/reservations"
 	"github.com/fencegate/fencegate/internal/stack"
 	"github.com/fencegate/fencegate/internal/testenv"
+	"github.com/fencegate/fencegate/lease"
 	"github.com/fencegate/fencegate/meta"
 )
 
@@ -258,5 +261,83 @@ func TestReservationsCommandPostForm(t *testing.T) {
 	}
 	if st := k.state(t, r.ID); st.State != meta.ReservationCommitted || *st.Size != 5 {
 		t.Fatalf("after the POST: %+v", st)
+	}
+}
+
+// TestReservationFormEndedBeforeSend: a form admitted under a live
+// reservation whose reservation is cancelled before its file goes out (held
+// once its key's lease is taken) sends nothing: the bind refuses it, 403
+// AccessDenied, nothing published or at the store.
+func TestReservationFormEndedBeforeSend(t *testing.T) {
+	reached, release := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	var bucket string
+	k := newReservationKit(t, gatewayOptions{Hooks: lease.Hooks{Acquired: func(b, key, _ string) {
+		if b == bucket && key == "held" {
+			once.Do(func() { close(reached); <-release })
+		}
+	}}})
+	bucket = k.bucket
+	r := k.reserve(t, meta.ReservationRequest{Key: "held", ExactSize: ptr[int64](5)})
+	type answer struct {
+		status int
+		code   string
+	}
+	done := make(chan answer, 1)
+	go func() {
+		status, code := postReservation(t, r.Post, nil, []byte("hello"))
+		done <- answer{status, code}
+	}()
+	within(t, reached, 30*time.Second, "the form holding its lease")
+	if _, err := k.rs.End(context.Background(), r.ID, meta.ReservationCancelled); err != nil {
+		t.Fatal(err)
+	}
+	before := k.g.StoreRequests.Load()
+	close(release)
+	res := within(t, done, 30*time.Second, "the form's answer")
+	if res.status != 403 || res.code != "AccessDenied" {
+		t.Fatalf("POST: %d %s, want 403 AccessDenied", res.status, res.code)
+	}
+	if n := k.g.StoreRequests.Load() - before; n != 0 {
+		t.Fatalf("%d requests reached the store after the bind was refused", n)
+	}
+	if n := k.published(t, "held"); n != 0 || k.atStore(t, "held") {
+		t.Fatalf("%d publications / bytes at the store after a cancelled reservation", n)
+	}
+}
+
+// TestReservationConcurrentFormsPublishOnce: eight posts of one
+// reservation's form at once publish exactly one generation, and the
+// gateway counts one commit.
+func TestReservationConcurrentFormsPublishOnce(t *testing.T) {
+	k := newReservationKit(t, gatewayOptions{})
+	r := k.reserve(t, meta.ReservationRequest{Key: "once", ExactSize: ptr[int64](5)})
+	form, ctype := formBody(t, reservationForm(r.Post, nil), "once.bin", []byte("hello"))
+	var wg sync.WaitGroup
+	statuses := make([]int, 8)
+	for i := range statuses {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			resp, err := http.Post(r.Post.URL, ctype, bytes.NewReader(form))
+			if err != nil {
+				return
+			}
+			resp.Body.Close()
+			statuses[i] = resp.StatusCode
+		}()
+	}
+	wg.Wait()
+	ok := 0
+	for _, s := range statuses {
+		if s == http.StatusNoContent {
+			ok++
+		}
+	}
+	if ok != 1 || k.published(t, "once") != 1 || k.state(t, r.ID).State != meta.ReservationCommitted {
+		t.Fatalf("%d forms succeeded, %d publications (%v)", ok, k.published(t, "once"), statuses)
+	}
+	if m := metricsOf(t, k.g.Admin); m["fencegate_reservations_committed_total"] != 1 {
+		t.Fatalf("fencegate_reservations_committed_total = %v, want 1", m["fencegate_reservations_committed_total"])
 	}
 }
