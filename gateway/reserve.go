@@ -43,6 +43,9 @@ type Reservations interface {
 	// Bind records that attempt writes under reservation id, before a byte
 	// of it reaches the store; false when the reservation is no longer live.
 	Bind(ctx context.Context, id, attempt, bucket, key string) (bool, error)
+	// BoundTo is the reservation an attempt was bound to (ok false: none).
+	// A multipart upload's Create attempt names the upload.
+	BoundTo(ctx context.Context, attempt string) (id string, ok bool, err error)
 }
 
 var (
@@ -73,8 +76,14 @@ func (s *Server) admitReservation(r *request, query string, declared int64) (id 
 	if rs == nil || r.op.Level != store.LevelObject {
 		return "", nil
 	}
+	if r.reservation != "" {
+		return r.reservation, nil // a call on an upload bound to it (admitReservedUpload)
+	}
 	id = reservationInQuery(query)
-	if id == "" && (!r.op.Publishes && r.op.Name != "CreateMultipartUpload" || r.op.Name == "DeleteObject") {
+	if id == "" && (!r.op.Publishes && r.op.Name != "CreateMultipartUpload" || r.op.Name == "DeleteObject" ||
+		r.op.Name == "CompleteMultipartUpload") {
+		// A Complete is checked against its upload's binding once the
+		// upload is looked up (completeReservation).
 		return "", nil
 	}
 	if err := s.leases.Writable(); err != nil {
@@ -95,12 +104,18 @@ func (s *Server) admitReservation(r *request, query string, declared int64) (id 
 		}
 		return "", nil
 	}
-	if r.op.Name != "PutObject" || r.akey == nil {
+	if r.op.Name != "PutObject" && r.op.Name != "CreateMultipartUpload" || r.akey == nil {
 		return "", errReservationForeign
 	}
 	u, e := s.liveReservation(ctx, r, id)
 	if e != nil {
 		return "", e
+	}
+	if r.op.Name == "CreateMultipartUpload" {
+		if u.ChecksumHeader != "" {
+			return "", errReservationMultipartChecksum
+		}
+		return id, nil // its size is checked at Complete (reservedPartsFit)
 	}
 	if e := u.fits(declared); e != nil {
 		return "", e

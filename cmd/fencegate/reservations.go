@@ -192,6 +192,9 @@ func printReservation(v reservations.Reservation, asJSON bool) error {
 			fmt.Printf("put_header\t%s: %s\n", header, value)
 		}
 	}
+	if v.MultipartCreateURL != "" {
+		fmt.Printf("multipart_create_url\t%s\n", v.MultipartCreateURL)
+	}
 	if v.Post != nil {
 		fmt.Printf("post_url\t%s\n", v.Post.URL)
 		names := make([]string, 0, len(v.Post.Fields))

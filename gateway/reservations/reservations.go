@@ -1,7 +1,8 @@
 // Package reservations is the client side of fencegate's upload
 // reservations (docs/RESERVATIONS.md): the reservation as the API and the
-// command line print it, and the presigned PUT URL a reservation hands to
-// the client that uploads. An application imports it; it carries no server.
+// command line print it, and what a reservation hands to the client that
+// uploads: the presigned PUT URL, the browser form, the presigned
+// CreateMultipartUpload. An application imports it; it carries no server.
 package reservations
 
 import (
@@ -58,6 +59,10 @@ type Reservation struct {
 	PutHeaders map[string]string `json:"put_headers,omitempty"`
 	// For a live reservation: the browser form that uploads under it.
 	Post *PostForm `json:"post,omitempty"`
+	// For a live reservation that names no checksum: a presigned
+	// CreateMultipartUpload (POST ?uploads) of its key that binds the upload
+	// to it. Its parts and its Complete are signed by the reserving key.
+	MultipartCreateURL string `json:"multipart_create_url,omitempty"`
 }
 
 // PostForm is a browser-form upload (S3's POST Object) under a
@@ -78,7 +83,34 @@ func Presign(r *Reservation, endpoint, region, secret string, now time.Time) err
 	if err := PresignPut(r, endpoint, region, secret, now); err != nil {
 		return err
 	}
+	if err := PresignMultipartCreate(r, endpoint, region, secret, now); err != nil {
+		return err
+	}
 	return PresignPost(r, endpoint, region, secret, now)
+}
+
+// PresignMultipartCreate fills r.MultipartCreateURL for a live reservation
+// that names no checksum (a multipart upload cannot be verified against
+// one): a CreateMultipartUpload of its key carrying Param, signed as the PUT
+// URL is, valid until the reservation expires.
+func PresignMultipartCreate(r *Reservation, endpoint, region, secret string, now time.Time) error {
+	if r.State != Reserved {
+		return nil
+	}
+	if header, _ := r.ChecksumHeader(); header != "" {
+		return nil
+	}
+	u, err := url.Parse(endpoint)
+	if err != nil || u.Host == "" {
+		return fmt.Errorf("endpoint %q: want scheme://host[:port]", endpoint)
+	}
+	ttl := r.ExpiresAt.Sub(now).Round(time.Second)
+	ttl = min(max(ttl, time.Second), 7*24*time.Hour)
+	p := sigv4.Presign{Method: "POST", Host: u.Host,
+		Path:  string(sigv4.AppendEscapedPath([]byte("/"+r.Bucket+"/"), r.Key)),
+		Query: map[string]string{"uploads": "", Param: r.ID}}
+	r.MultipartCreateURL = strings.TrimRight(endpoint, "/") + p.Path + "?" + sigv4.PresignQuery(p, r.AccessKeyID, secret, region, now, ttl)
+	return nil
 }
 
 // PresignPost fills r.Post for a live reservation: the form's URL (the
