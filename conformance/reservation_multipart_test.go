@@ -135,7 +135,9 @@ func TestReservationMultipartCommits(t *testing.T) {
 // maximum, a Create under another key's, a cancelled, or a checksum
 // reservation, and a part of an upload bound to no reservation from the
 // reserving key are refused before the store; a Complete after the
-// reservation was cancelled publishes nothing.
+// reservation was cancelled, or by another key, is refused before the
+// store; one naming a part not uploaded is InvalidPart and publishes
+// nothing.
 func TestReservationMultipartRefusals(t *testing.T) {
 	k := newMultipartKit(t)
 	c := k.reserver.S3Client()
@@ -259,6 +261,26 @@ func TestReservationMultipartRefusals(t *testing.T) {
 			return err
 		}), 403, "AccessDenied"},
 	}
+	t.Run("complete_by_another_key_or_of_a_part_not_uploaded", func(t *testing.T) {
+		r := k.create(t, reservations.CreateRequest{Key: "mp/theirs", MaxSize: ptr[int64](100)})
+		id, status, code := createUpload(t, r.MultipartCreateURL)
+		if status != 200 {
+			t.Fatalf("create: %d %s", status, code)
+		}
+		parts := uploadParts(t, c, k.bucket, r.Key, id, []byte("hello"))
+		before := k.g.StoreRequests.Load()
+		if err := complete(otherEP.S3Client(), k.bucket, r.Key, id, parts); s3Code(err) != "AccessDenied" {
+			t.Fatalf("complete by another key: %v, want AccessDenied", err)
+		}
+		if n := k.g.StoreRequests.Load() - before; n != 0 {
+			t.Fatalf("%d requests reached the store", n)
+		}
+		missing := append(parts, types.CompletedPart{PartNumber: aws.Int32(2), ETag: aws.String(`"00000000000000000000000000000000"`)})
+		if err := complete(c, k.bucket, r.Key, id, missing); s3Code(err) != "InvalidPart" {
+			t.Fatalf("complete naming a part not uploaded: %v, want InvalidPart", err)
+		}
+		k.refusedUntouched(t, r.Key, r.ID)
+	})
 	for _, tc := range cases {
 		t.Run(strings.ReplaceAll(tc.name, " ", "_"), func(t *testing.T) {
 			before := k.g.StoreRequests.Load()
