@@ -37,7 +37,8 @@ func newReservationKit(t *testing.T, o gatewayOptions) *reservationKit {
 	return k
 }
 
-// reserve makes a reservation for the gateway's key, with its presigned PUT.
+// reserve makes a reservation for the gateway's key, with its presigned PUT
+// and browser form.
 func (k *reservationKit) reserve(t *testing.T, q meta.ReservationRequest) reservations.Reservation {
 	t.Helper()
 	q.Bucket, q.AccessKeyID = k.bucket, k.g.AccessKey
@@ -49,8 +50,9 @@ func (k *reservationKit) reserve(t *testing.T, q meta.ReservationRequest) reserv
 		t.Fatal(err)
 	}
 	v := reservations.Reservation{ID: r.ID, Bucket: r.Bucket, Key: r.Key, AccessKeyID: r.AccessKeyID, State: r.State,
-		ExpiresAt: r.ExpiresAt, SHA256: r.SHA256, CRC32C: r.CRC32C, CRC64NVME: r.CRC64NVME}
-	if err := reservations.PresignPut(&v, k.g.URL, "us-east-1", k.g.SecretKey, time.Now()); err != nil {
+		ExpiresAt: r.ExpiresAt, SHA256: r.SHA256, CRC32C: r.CRC32C, CRC64NVME: r.CRC64NVME,
+		ExactSize: r.ExactSize, MaxSize: r.MaxSize, ContentType: r.ContentType}
+	if err := reservations.Presign(&v, k.g.URL, "us-east-1", k.g.SecretKey, time.Now()); err != nil {
 		t.Fatal(err)
 	}
 	return v

@@ -92,7 +92,7 @@ func newMetrics() *metrics {
 		Name: "fencegate_reservations_created_total", Help: "Upload reservations created through this gateway's API (an idempotent repeat is not counted).",
 	})
 	m.reservationsCommitted = prometheus.NewCounter(prometheus.CounterOpts{
-		Name: "fencegate_reservations_committed_total", Help: "Upload reservations committed by this gateway: a PutObject under one, or a complete that committed it.",
+		Name: "fencegate_reservations_committed_total", Help: "Upload reservations committed by this gateway: a PutObject, a form or a multipart Complete under one, or a complete that committed it.",
 	})
 	m.reservationsCancelled = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "fencegate_reservations_cancelled_total", Help: "Upload reservations cancelled through this gateway's API.",

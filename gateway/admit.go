@@ -168,7 +168,7 @@ func (s *Server) admit(ctx *fasthttp.RequestCtx) (*request, *apiError) {
 		}
 	}
 	perm := r.op.Perm
-	underReservation := r.op.Name == "PutObject" && reservationInQuery(sreq.RawQuery) != ""
+	underReservation := (r.op.Name == "PutObject" || r.op.Name == "CreateMultipartUpload") && reservationInQuery(sreq.RawQuery) != ""
 	if underReservation {
 		// Authorized by its reservation, checked below; the key needs a
 		// grant to reserve (or write) in the bucket.
@@ -183,7 +183,14 @@ func (s *Server) admit(ctx *fasthttp.RequestCtx) (*request, *apiError) {
 			return r, errAccessDenied
 		}
 	} else if !r.akey.allowed(perm, bucket) {
-		return r, errAccessDenied
+		// A call on a multipart upload bound to a reservation this key made
+		// is the reservation's to permit (reserve_multipart.go).
+		if perm != r.op.Perm || !reservedUploadOp(r.op.Name) || !r.akey.allowed(PermReserve, bucket) {
+			return r, errAccessDenied
+		}
+		if r.reservation, e = s.admitReservedUpload(r, string(ctx.QueryArgs().Peek("uploadId"))); e != nil {
+			return r, e
+		}
 	}
 	if r.op.Level == store.LevelObject {
 		if e := s.checkKey(key); e != nil {

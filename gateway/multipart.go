@@ -114,6 +114,9 @@ func (s *Server) createUpload(ctx *fasthttp.RequestCtx, r *request) *apiError {
 			return lease.Created{NotSent: true, Err: e}
 		}
 		u.req.Header.Set(store.AttemptHeader, id)
+		if e := s.bindReservation(r, u); e != nil {
+			return lease.Created{NotSent: true, Err: e} // reserve.go: the upload becomes the reservation's
+		}
 		var ans lease.Created
 		if resp, e = s.roundTrip(ctx, r, u); e != nil {
 			ans.Err = e
@@ -172,6 +175,10 @@ func (s *Server) completeUpload(ctx *fasthttp.RequestCtx, r *request) *apiError 
 	if tracked && a.Bucket == r.bucket && a.Key == r.key && a.Published() {
 		return s.completedAlready(ctx, r, a)
 	}
+	reserved, e := s.completeReservation(r, a, tracked) // reserve_multipart.go
+	if e != nil {
+		return e
+	}
 	u, e := s.buildUpstream(ctx, r)
 	if e != nil {
 		return e
@@ -179,6 +186,11 @@ func (s *Server) completeUpload(ctx *fasthttp.RequestCtx, r *request) *apiError 
 	defer u.finish(r)
 	if !completeDocument(u.body) {
 		return errMalformedXML
+	}
+	if r.reservation != "" {
+		if e := s.reservedPartsFit(r, reserved, uploadID, u.body); e != nil {
+			return e
+		}
 	}
 	w := keyWrite{
 		WriteRequest: lease.WriteRequest{Kind: lease.KindComplete, DeclaredSize: -1,
@@ -211,7 +223,11 @@ func (s *Server) completeUpload(ctx *fasthttp.RequestCtx, r *request) *apiError 
 			return false, nil
 		}
 	}
-	return s.writeKey(ctx, r, u, w)
+	e = s.writeKey(ctx, r, u, w)
+	if e == nil && r.reservation != "" && ctx.Response.StatusCode() < 300 {
+		s.metrics.reservationsCommitted.Inc() // its generation committed the reservation
+	}
+	return e
 }
 
 // completedAlready answers a repeated Complete with the first one's result.

@@ -157,7 +157,13 @@ func (s *Server) postObject(ctx *fasthttp.RequestCtx, r *request) *apiError {
 	if e != nil {
 		return withClose(e)
 	}
+	reservation, _ := post.Get(reservationParam)
 	perm := PermWrite
+	if reservation != "" {
+		// Authorized by its reservation, checked below; the key needs a
+		// grant to reserve (or write) in the bucket.
+		perm = PermReserve
+	}
 	if headers.Get("X-Amz-Acl") != "" || hasGrant(headers) {
 		perm = PermAdmin // an ACL can make data public at the store
 	}
@@ -168,7 +174,13 @@ func (s *Server) postObject(ctx *fasthttp.RequestCtx, r *request) *apiError {
 	if e := s.checkKey(r.key); e != nil {
 		return withClose(e)
 	}
-	if e := s.refuseReservedKey(r); e != nil {
+	var reserved ReservedUpload
+	if reservation != "" {
+		if reserved, e = s.admitFormReservation(r, reservation, post); e != nil {
+			return withClose(e) // reserve.go
+		}
+		r.reservation = reservation
+	} else if e := s.refuseReservedKey(r); e != nil {
 		return withClose(e) // reserve.go
 	}
 
@@ -181,6 +193,14 @@ func (s *Server) postObject(ctx *fasthttp.RequestCtx, r *request) *apiError {
 	limit := s.spool.max
 	if post.MaxLength >= 0 && post.MaxLength < limit {
 		limit = post.MaxLength
+	}
+	if r.reservation != "" {
+		// The reservation bounds the file whatever the form's policy says.
+		for _, n := range []int64{reserved.ExactSize, reserved.MaxSize} {
+			if n >= 0 && n < limit {
+				limit = n
+			}
+		}
 	}
 	br, err := post.Auth.Body(file)
 	if err != nil {
@@ -209,6 +229,12 @@ func (s *Server) postObject(ctx *fasthttp.RequestCtx, r *request) *apiError {
 		body.done()
 		return asAPIError(err)
 	}
+	if r.reservation != "" {
+		if e := reserved.fits(n); e != nil {
+			body.done()
+			return e
+		}
+	}
 
 	u, e := s.postUpstream(r, body, headers, post)
 	if e != nil {
@@ -224,7 +250,7 @@ func (s *Server) postObject(ctx *fasthttp.RequestCtx, r *request) *apiError {
 		WriteRequest: lease.WriteRequest{Kind: lease.KindPut, Key: r.key, DeclaredSize: n, Checksum: checksum},
 		prepare: func(u *upstream, id string) *apiError {
 			u.req.Header.Set(store.AttemptHeader, id)
-			return nil
+			return s.bindReservation(r, u) // reserve.go: a form under a reservation is bound as a PUT is
 		},
 		acknowledge: func(resp *http.Response) (lease.Landed, *apiError) {
 			return lease.Landed{ETag: store.TrimETag(resp.Header.Get("ETag")), Size: n}, nil
@@ -239,6 +265,9 @@ func (s *Server) postObject(ctx *fasthttp.RequestCtx, r *request) *apiError {
 	etag := o.resp.Header.Get("ETag")
 	version := o.resp.Header.Get("X-Amz-Version-Id")
 	drain(o.resp)
+	if r.reservation != "" {
+		s.metrics.reservationsCommitted.Inc() // its generation committed the reservation
+	}
 	s.postAnswer(ctx, r, post, etag, version, o.Generation)
 	return nil
 }

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/fencegate/fencegate/sigv4"
 	"github.com/fencegate/fencegate/store"
 )
 
@@ -42,6 +43,9 @@ type Reservations interface {
 	// Bind records that attempt writes under reservation id, before a byte
 	// of it reaches the store; false when the reservation is no longer live.
 	Bind(ctx context.Context, id, attempt, bucket, key string) (bool, error)
+	// BoundTo is the reservation an attempt was bound to (ok false: none).
+	// A multipart upload's Create attempt names the upload.
+	BoundTo(ctx context.Context, attempt string) (id string, ok bool, err error)
 }
 
 var (
@@ -72,8 +76,14 @@ func (s *Server) admitReservation(r *request, query string, declared int64) (id 
 	if rs == nil || r.op.Level != store.LevelObject {
 		return "", nil
 	}
+	if r.reservation != "" {
+		return r.reservation, nil // a call on an upload bound to it (admitReservedUpload)
+	}
 	id = reservationInQuery(query)
-	if id == "" && (!r.op.Publishes && r.op.Name != "CreateMultipartUpload" || r.op.Name == "DeleteObject") {
+	if id == "" && (!r.op.Publishes && r.op.Name != "CreateMultipartUpload" || r.op.Name == "DeleteObject" ||
+		r.op.Name == "CompleteMultipartUpload") {
+		// A Complete is checked against its upload's binding once the
+		// upload is looked up (completeReservation).
 		return "", nil
 	}
 	if err := s.leases.Writable(); err != nil {
@@ -94,28 +104,56 @@ func (s *Server) admitReservation(r *request, query string, declared int64) (id 
 		}
 		return "", nil
 	}
-	if r.op.Name != "PutObject" || r.akey == nil {
+	if r.op.Name != "PutObject" && r.op.Name != "CreateMultipartUpload" || r.akey == nil {
 		return "", errReservationForeign
 	}
-	u, ok, err := rs.Reservation(ctx, id)
-	switch {
-	case err != nil:
-		s.deps.Log.Warn("reservation read failed", "request_id", r.id, "err", err)
-		return "", errReservationUnchecked
-	case !ok || u.Bucket != r.bucket || u.Key != r.key || u.AccessKeyID != r.akey.ID:
-		return "", errReservationForeign
-	case !u.Live || !time.Now().Before(u.ExpiresAt):
-		return "", errReservationEnded
-	case u.MaxSize >= 0 && declared > u.MaxSize, u.ExactSize >= 0 && declared > u.ExactSize:
-		return "", errReservationTooLarge
-	case u.ExactSize >= 0 && declared != u.ExactSize:
-		return "", errReservationSize
-	case u.ChecksumHeader != "" && r.hdr.get(u.ChecksumHeader) != u.Checksum:
+	u, e := s.liveReservation(ctx, r, id)
+	if e != nil {
+		return "", e
+	}
+	if r.op.Name == "CreateMultipartUpload" {
+		if u.ChecksumHeader != "" {
+			return "", errReservationMultipartChecksum
+		}
+		return id, nil // its size is checked at Complete (reservedPartsFit)
+	}
+	if e := u.fits(declared); e != nil {
+		return "", e
+	}
+	if u.ChecksumHeader != "" && r.hdr.get(u.ChecksumHeader) != u.Checksum {
 		// The body is verified against the header on the stream (BadDigest
 		// again if it differs), so a matching header pins the bytes.
 		return "", errReservationDigest
 	}
 	return id, nil
+}
+
+// liveReservation reads reservation id for r's write: it must be r's key's,
+// made by r's access key, live and not past its expiry.
+func (s *Server) liveReservation(ctx context.Context, r *request, id string) (ReservedUpload, *apiError) {
+	u, ok, err := s.reservations.Reservation(ctx, id)
+	switch {
+	case err != nil:
+		s.deps.Log.Warn("reservation read failed", "request_id", r.id, "err", err)
+		return u, errReservationUnchecked
+	case !ok || u.Bucket != r.bucket || u.Key != r.key || u.AccessKeyID != r.akey.ID:
+		return u, errReservationForeign
+	case !u.Live || !time.Now().Before(u.ExpiresAt):
+		return u, errReservationEnded
+	}
+	return u, nil
+}
+
+// fits checks a size (at least the bytes of the upload; -1: unknown yet)
+// against the reservation's exact size or maximum.
+func (u *ReservedUpload) fits(n int64) *apiError {
+	switch {
+	case u.MaxSize >= 0 && n > u.MaxSize, u.ExactSize >= 0 && n > u.ExactSize:
+		return errReservationTooLarge
+	case u.ExactSize >= 0 && n != u.ExactSize:
+		return errReservationSize
+	}
+	return nil
 }
 
 // reservationInQuery is the reservation id a query names ("" for none).
@@ -193,4 +231,30 @@ func (s *Server) refuseReservedKey(r *request) *apiError {
 		return errReservationRequired
 	}
 	return nil
+}
+
+// admitFormReservation decides whether a browser form carrying the
+// reservation field may write its key (r.key, from the form; its policy
+// verified): as admitReservation for a PutObject, but with the form's
+// x-amz-checksum-* field for the header (the file is verified against it as
+// it is read), and its size checked once the file is read (fits).
+func (s *Server) admitFormReservation(r *request, id string, post *sigv4.PostObject) (ReservedUpload, *apiError) {
+	if s.reservations == nil {
+		return ReservedUpload{}, errReservationForeign
+	}
+	if err := s.leases.Writable(); err != nil {
+		return ReservedUpload{}, errNoSession
+	}
+	ctx, cancel := s.dbctx()
+	defer cancel()
+	u, e := s.liveReservation(ctx, r, id)
+	if e != nil {
+		return u, e
+	}
+	if u.ChecksumHeader != "" {
+		if v, _ := post.Get(u.ChecksumHeader); strings.TrimSpace(v) != u.Checksum {
+			return u, errReservationDigest
+		}
+	}
+	return u, nil
 }

@@ -98,7 +98,7 @@ func (s *Server) reservationRequest(ctx *fasthttp.RequestCtx, r *request) *apiEr
 		if made {
 			s.metrics.reservationsCreated.Inc()
 		}
-		if err := reservations.PresignPut(&res, s.apiEndpoint(r), apiRegion(r), r.akey.Secret, time.Now()); err != nil {
+		if err := reservations.Presign(&res, s.apiEndpoint(r), apiRegion(r), r.akey.Secret, time.Now()); err != nil {
 			return s.apiFailure(ctx, r, err)
 		}
 		ctx.SetStatusCode(http.StatusCreated)

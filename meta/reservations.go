@@ -240,6 +240,21 @@ func (s *Reservations) Bind(ctx context.Context, id, attempt, bucket, key string
 	return ok, err
 }
 
+// BoundTo is the reservation attempt was bound to ("", false when none): a
+// multipart upload whose Create attempt is bound to a reservation is that
+// reservation's.
+func (s *Reservations) BoundTo(ctx context.Context, attempt string) (string, bool, error) {
+	if !validUUID(attempt) {
+		return "", false, nil
+	}
+	var id string
+	err := s.Pool.QueryRow(ctx, `SELECT reservation_id::text FROM reservation_attempts WHERE attempt_id = $1`, attempt).Scan(&id)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return "", false, nil
+	}
+	return id, err == nil, err
+}
+
 func validUUID(s string) bool {
 	if len(s) != 36 {
 		return false

@@ -176,3 +176,30 @@ func postSignature(secret, date, region, service, policy string) string {
 	m.Write([]byte(policy))
 	return hex.EncodeToString(m.Sum(nil))
 }
+
+// PostPolicySignature signs a form VerifyPost accepts, and only the policy
+// it signed: one changed condition is a signature mismatch.
+func TestPostPolicySignature(t *testing.T) {
+	now := exampleTime
+	v := testVerifier(now)
+	date := now.Format("20060102")
+	cred := exampleAKID + "/" + date + "/us-east-1/s3/aws4_request"
+	form := func(key string) []HeaderField {
+		policy := postPolicyB64(t, map[string]any{"expiration": now.Add(time.Hour).Format("2006-01-02T15:04:05.000Z"),
+			"conditions": []any{map[string]string{"bucket": "b"}, []string{"eq", "$key", key},
+				map[string]string{"x-amz-algorithm": "AWS4-HMAC-SHA256"}, map[string]string{"x-amz-credential": cred},
+				map[string]string{"x-amz-date": now.Format(iso8601Basic)}}})
+		return []HeaderField{{"key", "k"}, {"policy", policy}, {"x-amz-algorithm", "AWS4-HMAC-SHA256"},
+			{"x-amz-credential", cred}, {"x-amz-date", now.Format(iso8601Basic)},
+			{"x-amz-signature", PostPolicySignature(policy, exampleSecret, date, "us-east-1")}}
+	}
+	if _, err := v.VerifyPost(&PostRequest{Bucket: "b", Fields: form("k")}); err != nil {
+		t.Fatalf("signed form: %v", err)
+	}
+	f := form("k")
+	f[1].Value = form("other")[1].Value // another policy under the first one's signature
+	var e *Error
+	if _, err := v.VerifyPost(&PostRequest{Bucket: "b", Fields: f}); !errors.As(err, &e) || e.Code != CodeSignatureDoesNotMatch {
+		t.Fatalf("tampered policy: %v, want SignatureDoesNotMatch", err)
+	}
+}

@@ -96,3 +96,14 @@ func encodeQuery(q map[string]string) string {
 	}
 	return string(b)
 }
+
+// PostPolicySignature is the SigV4 signature a browser form carries as
+// x-amz-signature: the policy's base64 text HMAC'd with the signing key of
+// secretKey for date (yyyymmdd), region and service s3. VerifyPost checks it.
+func PostPolicySignature(policy, secretKey, date, region string) string {
+	key := hmacSHA256([]byte("AWS4"+secretKey), date)
+	for _, part := range []string{region, "s3", "aws4_request"} {
+		key = hmacSHA256(key, part)
+	}
+	return hex.EncodeToString(hmacSHA256(key, policy))
+}

@@ -178,6 +178,45 @@ func (c *Client) LastPart(ctx context.Context, bucket, key, uploadID string) (ti
 	}
 }
 
+// Part is one part of a multipart upload as ListParts reports it.
+type Part struct {
+	ETag string // without quotes
+	Size int64
+}
+
+// Parts lists an upload's parts by part number, reading every page of
+// ListParts. A part number may have more than one: a store may list a part
+// uploaded again beside the earlier one until the upload completes.
+func (c *Client) Parts(ctx context.Context, bucket, key, uploadID string) (map[int][]Part, error) {
+	parts := map[int][]Part{}
+	marker := ""
+	for {
+		q := "max-parts=1000&uploadId=" + url.QueryEscape(uploadID)
+		if marker != "" {
+			q += "&part-number-marker=" + url.QueryEscape(marker)
+		}
+		var page struct {
+			Part []struct {
+				PartNumber int
+				ETag       string
+				Size       int64
+			}
+			IsTruncated          bool
+			NextPartNumberMarker string
+		}
+		if err := c.getXML(ctx, LevelObject, bucket, key, q, &page); err != nil {
+			return nil, err
+		}
+		for _, p := range page.Part {
+			parts[p.PartNumber] = append(parts[p.PartNumber], Part{ETag: TrimETag(p.ETag), Size: p.Size})
+		}
+		if !page.IsTruncated || page.NextPartNumberMarker == "" || page.NextPartNumberMarker == marker {
+			return parts, nil
+		}
+		marker = page.NextPartNumberMarker
+	}
+}
+
 // AbortMultipartUpload aborts an upload. An upload the store no longer knows
 // is ErrNoSuchUpload.
 func (c *Client) AbortMultipartUpload(ctx context.Context, bucket, key, uploadID string) error {

@@ -7,6 +7,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"sort"
 	"strings"
 	"time"
 
@@ -20,7 +21,7 @@ const reservationsUsage = `usage: fencegate reservations <create|get|list|cancel
   create --bucket B (--key K | --prefix P) [--size N | --max-size N]
          [--sha256 BASE64 | --crc32c BASE64 | --crc64nvme BASE64]
          [--content-type T] [--expires 15m] [--account A] [--idempotency-key I]
-         [--metadata JSON] [--json]        reserve one upload; prints it with its put_url
+         [--metadata JSON] [--json]        reserve one upload; prints it with its put_url and post form
   get ID [--json]                           one reservation
   list --bucket B [--json]                  a bucket's reservations, newest first
   cancel ID                                 end a live reservation, releasing its quota
@@ -29,7 +30,7 @@ const reservationsUsage = `usage: fencegate reservations <create|get|list|cancel
                                             at --endpoint, signed with --access-key
 
 The reservation is made for --access-key (default $AWS_ACCESS_KEY_ID); its put_url
-is presigned with that key's secret ($AWS_SECRET_ACCESS_KEY when it is that key,
+and its browser form's policy (post) are presigned with that key's secret ($AWS_SECRET_ACCESS_KEY when it is that key,
 else opened from the database with the server key) against --endpoint
 (default $FENCEGATE_ENDPOINT), valid until the reservation expires.
 See docs/RESERVATIONS.md.
@@ -191,6 +192,20 @@ func printReservation(v reservations.Reservation, asJSON bool) error {
 			fmt.Printf("put_header\t%s: %s\n", header, value)
 		}
 	}
+	if v.MultipartCreateURL != "" {
+		fmt.Printf("multipart_create_url\t%s\n", v.MultipartCreateURL)
+	}
+	if v.Post != nil {
+		fmt.Printf("post_url\t%s\n", v.Post.URL)
+		names := make([]string, 0, len(v.Post.Fields))
+		for n := range v.Post.Fields {
+			names = append(names, n)
+		}
+		sort.Strings(names)
+		for _, n := range names {
+			fmt.Printf("post_field\t%s=%s\n", n, v.Post.Fields[n])
+		}
+	}
 	return nil
 }
 
@@ -263,5 +278,5 @@ func (c *reserveFlags) secret(ctx context.Context, dbURL, serverKey, serverKeyFi
 // presignedView is r as printed, with its presigned PUT when it is live.
 func presignedView(r meta.Reservation, endpoint, region, secret string, now time.Time) (reservations.Reservation, error) {
 	v := wiring.View(r)
-	return v, reservations.PresignPut(&v, endpoint, region, secret, now)
+	return v, reservations.Presign(&v, endpoint, region, secret, now)
 }

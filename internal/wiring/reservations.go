@@ -91,6 +91,10 @@ func (w *Reservations) Bind(ctx context.Context, id, attempt, bucket, key string
 	return w.Store.Bind(ctx, id, attempt, bucket, key)
 }
 
+func (w *Reservations) BoundTo(ctx context.Context, attempt string) (string, bool, error) {
+	return w.Store.BoundTo(ctx, attempt)
+}
+
 // View is meta's reservation in the client package's shape.
 func View(r meta.Reservation) reservations.Reservation {
 	return reservations.Reservation{ID: r.ID, Bucket: r.Bucket, Key: r.Key, AccessKeyID: r.AccessKeyID, Account: r.Account,
