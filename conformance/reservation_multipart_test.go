@@ -30,7 +30,13 @@ type multipartKit struct {
 
 func newMultipartKit(t *testing.T) *multipartKit {
 	t.Helper()
-	k := newReservationKit(t, gatewayOptions{})
+	return newMultipartKitWith(t, gatewayOptions{})
+}
+
+// newMultipartKitWith is newMultipartKit on a gateway started with o.
+func newMultipartKitWith(t *testing.T, o gatewayOptions) *multipartKit {
+	t.Helper()
+	k := newReservationKit(t, o)
 	key, err := k.g.Keys.Create(context.Background(), "reserver", []meta.Grant{{Bucket: k.bucket, Permission: meta.PermReserve}})
 	if err != nil {
 		t.Fatal(err)
