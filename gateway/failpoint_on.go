@@ -2,7 +2,10 @@
 
 package gateway
 
-import "github.com/fencegate/fencegate/internal/failpoint"
+import (
+	"github.com/fencegate/fencegate/internal/failpoint"
+	"github.com/fencegate/fencegate/lease"
+)
 
 // The tests' build of the gateway (-tags failpoint, which the conformance
 // tests and the chaos campaign build their child gateways with) carries the
@@ -12,6 +15,14 @@ import "github.com/fencegate/fencegate/internal/failpoint"
 // hitFailpoint kills the process at the named step of the write protocol if
 // FENCEGATE_FAILPOINT names it.
 func hitFailpoint(name string) { failpoint.Hit(name) }
+
+// LifecycleFailpoints is the lifecycle service's step hook
+// (lease.LifecycleConfig.At) that kills the process at the step of a
+// reservation's sweep FENCEGATE_FAILPOINT names (sweep-after-claim, ...):
+// lease knows no failpoints, the gateway's tests' build hands it this.
+func LifecycleFailpoints() func(lease.Step) {
+	return func(st lease.Step) { failpoint.Hit(string(st)) }
+}
 
 // brokenFence leaves the fence out of every write: only in the deliberately
 // broken build (-tags fencegate_brokenfence) the chaos campaign must catch.

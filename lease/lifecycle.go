@@ -80,6 +80,10 @@ type LifecycleConfig struct {
 	Retention        Retention
 	// Kinds run (default: all of Kinds).
 	Kinds []string
+	// At is told each step of a reservation's sweep as it is reached (the
+	// tests' failpoints, set by the gateway's test build); nil: nobody
+	// listens.
+	At func(Step)
 }
 
 // Validate refuses a configuration the service cannot run with.
@@ -275,6 +279,13 @@ func NewService(cfg LifecycleConfig, m *Manager, db LifecycleDriver, store Lifec
 	}
 	rec := NewReconciler(ReconcilerConfig{Interval: cfg.Interval, Batch: cfg.Batch, ClaimFor: cfg.ClaimFor}, m, store, log)
 	return &Service{cfg: cfg, m: m, db: db, store: store, log: log, rec: rec, Metrics: NewLifecycleMetrics(nil)}, nil
+}
+
+// at tells cfg.At that the sweep reached st.
+func (s *Service) at(st Step) {
+	if s.cfg.At != nil {
+		s.cfg.At(st)
+	}
 }
 
 // Start runs a pass at once, then one every Interval, until ctx ends. Wait

@@ -29,13 +29,14 @@ func (c *Catalog) ExpireReservations(ctx context.Context, limit int) (int, error
 }
 
 // ClaimEndedReservations marks swept the ended reservations whose attempts
-// left nothing to clean up (none unresolved, none current at the key), and
+// left nothing to clean up (none unresolved, no upload open, none current
+// at the key), and
 // claims at most limit of the others, oldest end first.
 func (c *Catalog) ClaimEndedReservations(ctx context.Context, limit int, claimFor time.Duration) ([]lease.EndedReservation, error) {
 	if _, err := c.Pool.Exec(ctx, `UPDATE reservations r SET swept_at = clock_timestamp()
 		WHERE r.state IN ('expired', 'cancelled') AND r.swept_at IS NULL
 		  AND NOT EXISTS (SELECT 1 FROM reservation_attempts a JOIN attempts t USING (attempt_id)
-			WHERE a.reservation_id = r.reservation_id AND t.state IN ('leased', 'unknown'))
+			WHERE a.reservation_id = r.reservation_id AND t.state IN ('leased', 'unknown', 'open'))
 		  AND NOT EXISTS (SELECT 1 FROM reservation_attempts a JOIN catalog k ON k.attempt_id = a.attempt_id
 			WHERE a.reservation_id = r.reservation_id AND k.bucket = r.bucket AND k.key = r.key AND NOT k.deleted)`); err != nil {
 		return nil, err
@@ -57,6 +58,24 @@ func (c *Catalog) ClaimEndedReservations(ctx context.Context, limit int, claimFo
 	})
 }
 
+// ReservationUploads are the open multipart uploads bound to the
+// reservation at its key whose upload id is recorded, oldest first.
+func (c *Catalog) ReservationUploads(ctx context.Context, id string) ([]lease.ReservationUpload, error) {
+	rows, err := c.Pool.Query(ctx, `SELECT t.attempt_id::text, t.upload_id FROM reservations r
+		JOIN reservation_attempts a ON a.reservation_id = r.reservation_id
+		JOIN attempts t ON t.attempt_id = a.attempt_id AND t.bucket = r.bucket AND t.key = r.key
+		WHERE r.reservation_id = $1 AND t.op = 'multipart' AND t.state = 'open' AND t.upload_id IS NOT NULL
+		ORDER BY t.created_at`, id)
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, func(row pgx.CollectableRow) (lease.ReservationUpload, error) {
+		var u lease.ReservationUpload
+		err := row.Scan(&u.AttemptID, &u.UploadID)
+		return u, err
+	})
+}
+
 // ReservationBytes is the ETag of the key's current generation when it is
 // one of the reservation's attempts' bytes.
 func (c *Catalog) ReservationBytes(ctx context.Context, id string) (string, bool, error) {
@@ -74,12 +93,15 @@ func (c *Catalog) ReservationBytes(ctx context.Context, id string) (string, bool
 	return *etag, true, nil
 }
 
-// ReservationSwept records that nothing of an ended reservation is left.
+// ReservationSwept records that nothing of an ended reservation is left:
+// none of its attempts may still land (leased, unknown) or is an upload
+// still open (one whose id is not recorded yet waits for the uploads kind
+// to bind it, and the sweep to abort it).
 func (c *Catalog) ReservationSwept(ctx context.Context, id string) error {
 	tag, err := c.Pool.Exec(ctx, `UPDATE reservations r SET swept_at = clock_timestamp(), claim_token = NULL,
 		claimed_until = NULL, last_error = NULL WHERE reservation_id = $1
 		  AND NOT EXISTS (SELECT 1 FROM reservation_attempts a JOIN attempts t USING (attempt_id)
-			WHERE a.reservation_id = r.reservation_id AND t.state IN ('leased', 'unknown'))`, id)
+			WHERE a.reservation_id = r.reservation_id AND t.state IN ('leased', 'unknown', 'open'))`, id)
 	if err == nil && tag.RowsAffected() == 0 {
 		return lease.ErrReservationAttemptsOpen
 	}

@@ -326,7 +326,9 @@ func runServe(ctx context.Context, cfg serveConfig, started func(s3Addr, adminAd
 	if err := probeStore(ctx, srv, cfg, log); err != nil {
 		return err
 	}
-	svc, err := lease.NewService(cfg.lifecycle(), leases, catalog, srv.Store(), log)
+	lc := cfg.lifecycle()
+	lc.At = gateway.LifecycleFailpoints() // nil but in the tests' build (-tags failpoint)
+	svc, err := lease.NewService(lc, leases, catalog, srv.Store(), log)
 	if err != nil {
 		return err
 	}
