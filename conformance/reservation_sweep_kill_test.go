@@ -27,8 +27,8 @@ func putAttemptState(t *testing.T, k *reservationKit, id string) string {
 // that left both an open bound multipart upload (a part uploaded) and bytes
 // of a PUT whose commit the cancel refused is killed at each of its steps
 // (the failpoints sweep-after-claim, sweep-after-abort, sweep-after-delete,
-// sweep-after-commit, armed in a gateway that runs only the reservations
-// kind). The state the dead gateway left is checked in the database and
+// sweep-after-commit, armed for the test's bucket in a gateway that runs
+// only the reservations kind). The state the dead gateway left is checked in the database and
 // at the store (it really died at that step), then another gateway's
 // sweeper repairs it: the reservation ends swept and cancelled, the upload
 // aborted (NoSuchUpload at the store, the attempt recorded aborted), the
@@ -103,7 +103,10 @@ func TestReservationSweepGatewayKilled(t *testing.T) {
 			// The sweeper that dies: up before the reservation ends, so its
 			// first sweep of it is a pass after the cancel.
 			s := startGatewayProcess(t, st, envWith(shortLeaseEnv, "FENCEGATE_RECONCILE_INTERVAL=1s",
-				"FENCEGATE_RECONCILE_KINDS="+lease.KindReservations, "FENCEGATE_FAILPOINT="+string(fp))...)
+				"FENCEGATE_RECONCILE_KINDS="+lease.KindReservations, "FENCEGATE_FAILPOINT="+string(fp),
+				// Other tests' ended reservations in the package's database
+				// are swept too; only this bucket's kills the process.
+				"FENCEGATE_FAILPOINT_BUCKET="+bucket)...)
 			if _, err := k.api.Cancel(ctx, r.ID); err != nil {
 				t.Fatal(err)
 			}

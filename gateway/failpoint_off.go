@@ -10,6 +10,6 @@ import "github.com/fencegate/fencegate/lease"
 func hitFailpoint(string) {}
 
 // LifecycleFailpoints is nil: the lifecycle service's steps go untold.
-func LifecycleFailpoints() func(lease.Step) { return nil }
+func LifecycleFailpoints() func(st lease.Step, bucket, key string) { return nil }
 
 const brokenFence = false

@@ -18,10 +18,11 @@ func hitFailpoint(name string) { failpoint.Hit(name) }
 
 // LifecycleFailpoints is the lifecycle service's step hook
 // (lease.LifecycleConfig.At) that kills the process at the step of a
-// reservation's sweep FENCEGATE_FAILPOINT names (sweep-after-claim, ...):
-// lease knows no failpoints, the gateway's tests' build hands it this.
-func LifecycleFailpoints() func(lease.Step) {
-	return func(st lease.Step) { failpoint.Hit(string(st)) }
+// reservation's sweep FENCEGATE_FAILPOINT names (sweep-after-claim, ...),
+// in FENCEGATE_FAILPOINT_BUCKET's bucket when that is set: lease knows no
+// failpoints, the gateway's tests' build hands it this.
+func LifecycleFailpoints() func(st lease.Step, bucket, key string) {
+	return func(st lease.Step, bucket, _ string) { failpoint.HitIn(string(st), bucket) }
 }
 
 // brokenFence leaves the fence out of every write: only in the deliberately

@@ -80,10 +80,10 @@ type LifecycleConfig struct {
 	Retention        Retention
 	// Kinds run (default: all of Kinds).
 	Kinds []string
-	// At is told each step of a reservation's sweep as it is reached (the
-	// tests' failpoints, set by the gateway's test build); nil: nobody
-	// listens.
-	At func(Step)
+	// At is told each step of a reservation's sweep as it is reached, with
+	// the reservation's bucket and key (the tests' failpoints, set by the
+	// gateway's test build); nil: nobody listens.
+	At func(st Step, bucket, key string)
 }
 
 // Validate refuses a configuration the service cannot run with.
@@ -281,10 +281,10 @@ func NewService(cfg LifecycleConfig, m *Manager, db LifecycleDriver, store Lifec
 	return &Service{cfg: cfg, m: m, db: db, store: store, log: log, rec: rec, Metrics: NewLifecycleMetrics(nil)}, nil
 }
 
-// at tells cfg.At that the sweep reached st.
-func (s *Service) at(st Step) {
+// at tells cfg.At that the sweep of e reached st.
+func (s *Service) at(st Step, e EndedReservation) {
 	if s.cfg.At != nil {
-		s.cfg.At(st)
+		s.cfg.At(st, e.Bucket, e.Key)
 	}
 }
 

@@ -126,7 +126,7 @@ func (s *Service) sweepReservation(ctx context.Context, sw ReservationSweeper, e
 	if !ok {
 		return outcomeSkipped
 	}
-	s.at(StepSweepClaimed)
+	s.at(StepSweepClaimed, e)
 	l, err := s.m.Acquire(ctx, Request{Bucket: e.Bucket, Key: e.Key, Op: "delete", NoWait: true, DeclaredSize: -1})
 	if errors.Is(err, ErrBusy) {
 		return outcomeSkipped // a writer holds the key; the claim runs out and it is tried again
@@ -164,11 +164,11 @@ func (s *Service) sweepReservation(ctx context.Context, sw ReservationSweeper, e
 		}
 		return s.retryReservation(ctx, sw, e, err)
 	}
-	s.at(StepSweepDeleted)
+	s.at(StepSweepDeleted, e)
 	if _, err := l.Commit(ctx, Landed{Deleted: true, Size: -1}); err != nil {
 		return outcomeFailed
 	}
-	s.at(StepSweepCommitted)
+	s.at(StepSweepCommitted, e)
 	return s.reservationSwept(ctx, sw, e)
 }
 
@@ -204,7 +204,7 @@ func (s *Service) abortReservationUploads(ctx context.Context, sw ReservationSwe
 				"reservation", e.ID, "bucket", e.Bucket, "key", e.Key, "upload_id", u.UploadID, "tries", e.Tries, "err", err)
 			return s.retryReservation(ctx, sw, e, err), true
 		}
-		s.at(StepSweepAborted)
+		s.at(StepSweepAborted, e)
 		if s.dbDo(ctx, func(dctx context.Context) error {
 			return s.db.UploadAborted(dctx, u.AttemptID, "its reservation ended: aborted by the sweeper")
 		}) != nil {

@@ -12,7 +12,22 @@ import (
 	"syscall"
 )
 
-var armed = os.Getenv("FENCEGATE_FAILPOINT")
+var (
+	armed = os.Getenv("FENCEGATE_FAILPOINT")
+	// armedBucket scopes the failpoints HitIn is told of to one bucket (""
+	// every bucket): a test sharing its database with other tests'
+	// leftovers makes its gateway die at its own bucket's step, not at
+	// another's the same process reaches first.
+	armedBucket = os.Getenv("FENCEGATE_FAILPOINT_BUCKET")
+)
+
+// HitIn is Hit for a step on bucket's objects, scoped by
+// FENCEGATE_FAILPOINT_BUCKET when set.
+func HitIn(name, bucket string) {
+	if armedBucket == "" || armedBucket == bucket {
+		Hit(name)
+	}
+}
 
 // Hit kills the process if the named failpoint is armed.
 func Hit(name string) {
