@@ -20,9 +20,9 @@ import (
 // the store (each recorded aborted, as the uploads kind records one), and
 // bytes of its attempts still current at the key are deleted fenced on
 // their ETag, as a delete generation; a failed store call keeps the claim
-// and retries after a back-off. A committed
-// reservation's object is never touched: only ended reservations are
-// claimed, and only their own attempts' bytes are deleted.
+// and retries after a back-off. A committed reservation's object is never
+// touched: only ended reservations are claimed, and only their own
+// attempts' bytes are deleted.
 const KindReservations = "reservations"
 
 // EndedReservation is an ended reservation the sweeper cleans up after.

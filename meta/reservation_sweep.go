@@ -30,8 +30,7 @@ func (c *Catalog) ExpireReservations(ctx context.Context, limit int) (int, error
 
 // ClaimEndedReservations marks swept the ended reservations whose attempts
 // left nothing to clean up (none unresolved, no upload open, none current
-// at the key), and
-// claims at most limit of the others, oldest end first.
+// at the key), and claims at most limit of the others, oldest end first.
 func (c *Catalog) ClaimEndedReservations(ctx context.Context, limit int, claimFor time.Duration) ([]lease.EndedReservation, error) {
 	if _, err := c.Pool.Exec(ctx, `UPDATE reservations r SET swept_at = clock_timestamp()
 		WHERE r.state IN ('expired', 'cancelled') AND r.swept_at IS NULL
