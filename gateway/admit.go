@@ -44,6 +44,11 @@ type request struct {
 	// reservation is the upload reservation a PutObject writes under
 	// ("" for none; reserve.go).
 	reservation string
+	// reservationDeferred: a PutObject without a reservation whose key's
+	// reservations could not be checked at admission (no database): it is
+	// checked again once its body is received, so a client's mistake in
+	// the body gets its own 4xx, not 503 (putObject).
+	reservationDeferred bool
 
 	// The parts of the request that live as long as it does, allocated with
 	// it: the header view hdr points to, and what the signature check reads.
@@ -222,7 +227,10 @@ func (s *Server) admit(ctx *fasthttp.RequestCtx) (*request, *apiError) {
 			}
 		}
 		if r.reservation, e = s.admitReservation(r, sreq.RawQuery, n); e != nil {
-			return r, e
+			if !deferrableReservationCheck(r, sreq.RawQuery, e) {
+				return r, e
+			}
+			r.reservationDeferred = true
 		}
 	}
 	if copySource != "" {

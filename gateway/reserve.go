@@ -65,6 +65,17 @@ var (
 		"The gateway could not check the key's reservation. Please try again.")
 )
 
+// deferrableReservationCheck reports whether admission may let r on with
+// its key's reservations unchecked (e): a PutObject carrying none, refused
+// only because the database cannot be asked. Its body comes first (spooled
+// and verified, or refused with the client's own error), and the check is
+// made again before the write (putObject); no byte reaches the store
+// before it passes, and a write without a session takes no lease anyway.
+func deferrableReservationCheck(r *request, query string, e *apiError) bool {
+	return r.op.Name == "PutObject" && reservationInQuery(query) == "" &&
+		(e == errNoSession || e == errReservationUnchecked)
+}
+
 // admitReservation decides, at admission, whether a request may write a
 // reserved key: a PutObject carrying a reservation must match it (its key,
 // its access key, live, its size and checksum); any other write to a key

@@ -223,6 +223,13 @@ func (s *Server) putObject(ctx *fasthttp.RequestCtx, r *request) *apiError {
 		return e
 	}
 	defer u.finish(r)
+	if r.reservationDeferred {
+		// Admission could not ask the database (admit.go): ask it now,
+		// the body received.
+		if _, e := s.admitReservation(r, "", r.bytesIn); e != nil {
+			return e
+		}
+	}
 	e = s.writeKey(ctx, r, u, keyWrite{
 		WriteRequest: lease.WriteRequest{Kind: lease.KindPut, DeclaredSize: r.bytesIn, Checksum: u.declaredChecksum,
 			ClientConditional: hasClientCondition(r), OtherCondition: hasConditionBesideFence(r)},
