@@ -44,10 +44,11 @@ type request struct {
 	// reservation is the upload reservation a PutObject writes under
 	// ("" for none; reserve.go).
 	reservation string
-	// reservationDeferred: a PutObject without a reservation whose key's
-	// reservations could not be checked at admission (no database): it is
-	// checked again once its body is received, so a client's mistake in
-	// the body gets its own 4xx, not 503 (putObject).
+	// reservationDeferred: a PutObject or a browser form without a
+	// reservation whose key's reservations could not be checked at
+	// admission (no database): it is checked again once its body is
+	// received, so a client's mistake in the body gets its own 4xx, not
+	// 503 (putObject, postObject).
 	reservationDeferred bool
 
 	// The parts of the request that live as long as it does, allocated with
@@ -218,6 +219,21 @@ func (s *Server) admit(ctx *fasthttp.RequestCtx) (*request, *apiError) {
 			return r, asAPIError(sigv4.ErrEntityTooLarge(n, maxObjectSize))
 		}
 	}
+	// The copy source before the reservation check, which asks the
+	// database: a malformed one is the client's 400 even while the
+	// database cannot answer.
+	if copySource != "" {
+		srcBucket, srcKey, err := parseCopySource(copySource)
+		if err != nil {
+			return r, err
+		}
+		if !r.akey.allowed(PermRead, srcBucket) {
+			return r, errAccessDenied
+		}
+		if e := s.checkKey(srcKey); e != nil {
+			return r, e
+		}
+	}
 	if !r.anonymousRead && (underReservation || r.op.Publishes || r.op.Name == "CreateMultipartUpload") {
 		n := int64(-1)
 		if r.auth != nil {
@@ -231,18 +247,6 @@ func (s *Server) admit(ctx *fasthttp.RequestCtx) (*request, *apiError) {
 				return r, e
 			}
 			r.reservationDeferred = true
-		}
-	}
-	if copySource != "" {
-		srcBucket, srcKey, err := parseCopySource(copySource)
-		if err != nil {
-			return r, err
-		}
-		if !r.akey.allowed(PermRead, srcBucket) {
-			return r, errAccessDenied
-		}
-		if e := s.checkKey(srcKey); e != nil {
-			return r, e
 		}
 	}
 	return r, nil

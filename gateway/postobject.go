@@ -181,7 +181,12 @@ func (s *Server) postObject(ctx *fasthttp.RequestCtx, r *request) *apiError {
 		}
 		r.reservation = reservation
 	} else if e := s.refuseReservedKey(r); e != nil {
-		return withClose(e) // reserve.go
+		if e != errReservationUnchecked {
+			return withClose(e) // reserve.go
+		}
+		// The database cannot say now: the file first (a form cut short
+		// gets its own 4xx), the key checked again before anything is sent.
+		r.reservationDeferred = true
 	}
 
 	// The file, spooled whole and verified (its checksum field) before any
@@ -231,6 +236,12 @@ func (s *Server) postObject(ctx *fasthttp.RequestCtx, r *request) *apiError {
 	}
 	if r.reservation != "" {
 		if e := reserved.fits(n); e != nil {
+			body.done()
+			return e
+		}
+	}
+	if r.reservationDeferred {
+		if e := s.refuseReservedKey(r); e != nil {
 			body.done()
 			return e
 		}
