@@ -358,12 +358,16 @@ BEGIN
 END $$;
 
 CREATE FUNCTION public.fencegate_reservation_event(r public.reservations, p_event text) RETURNS void
-    LANGUAGE sql
+    LANGUAGE plpgsql
     AS $$
+BEGIN
     INSERT INTO reservation_events (reservation_id, event, bucket, key, size, etag, generation, metadata, checksum)
         VALUES (r.reservation_id, p_event, r.bucket, r.key, r.size, r.etag, r.generation, r.metadata,
-            CASE WHEN p_event = 'reservation.committed' THEN fencegate_reservation_checksum(r) END);
-$$;
+            CASE WHEN p_event <> 'reservation.committed' THEN NULL
+                 WHEN r.sha256 IS NOT NULL THEN 'sha256:' || r.sha256
+                 WHEN r.crc32c IS NOT NULL THEN 'crc32c:' || r.crc32c
+                 WHEN r.crc64nvme IS NOT NULL THEN 'crc64nvme:' || r.crc64nvme END);
+END $$;
 
 CREATE FUNCTION public.fencegate_reservation_generation() RETURNS trigger
     LANGUAGE plpgsql
@@ -441,32 +445,35 @@ BEGIN
             RETURN;
         END IF;
     END IF;
+    IF p_account IS NOT NULL AND NOT EXISTS (SELECT 1 FROM quotas WHERE account = p_account) THEN
+        RAISE EXCEPTION 'no such quota account %', p_account USING ERRCODE = 'foreign_key_violation',
+            HINT = 'fencegate:no-account';
+    END IF;
+    INSERT INTO reservations (reservation_id, bucket, key, access_key_id, account, exact_size, max_size,
+            reserved_bytes, sha256, crc32c, crc64nvme, content_type, metadata, idempotency_key, request_hash, expires_at)
+        VALUES (p_id, p_bucket, p_key, p_access_key, p_account, p_exact, p_max, v_bytes, p_sha256, p_crc32c, p_crc64nvme,
+            coalesce(p_content_type, ''), p_metadata, p_idempotency, p_hash, clock_timestamp() + p_ttl)
+        ON CONFLICT (bucket, key) WHERE state = 'reserved' DO NOTHING
+        RETURNING * INTO v_row;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'key %/% has a live reservation', p_bucket, p_key USING ERRCODE = 'unique_violation',
+            HINT = 'fencegate:key-reserved';
+    END IF;
+    PERFORM fencegate_reservation_event(v_row, 'reservation.created');
     IF p_account IS NOT NULL THEN
+        -- Last: the row stays locked until the commit (see above). The
+        -- condition is the limit, checked by the UPDATE itself, never a
+        -- read-then-write; a refusal rolls the insert back.
         UPDATE quotas SET reserved_bytes = reserved_bytes + v_bytes, reserved_objects = reserved_objects + 1,
                 updated_at = clock_timestamp()
             WHERE account = p_account
               AND reserved_bytes + used_bytes + v_bytes <= limit_bytes
               AND (limit_objects IS NULL OR reserved_objects + used_objects + 1 <= limit_objects);
         IF NOT FOUND THEN
-            IF NOT EXISTS (SELECT 1 FROM quotas WHERE account = p_account) THEN
-                RAISE EXCEPTION 'no such quota account %', p_account USING ERRCODE = 'foreign_key_violation',
-                    HINT = 'fencegate:no-account';
-            END IF;
             RAISE EXCEPTION 'quota exceeded for account %', p_account USING ERRCODE = 'disk_full',
                 HINT = 'fencegate:quota';
         END IF;
     END IF;
-    BEGIN
-        INSERT INTO reservations (reservation_id, bucket, key, access_key_id, account, exact_size, max_size,
-                reserved_bytes, sha256, crc32c, crc64nvme, content_type, metadata, idempotency_key, request_hash, expires_at)
-            VALUES (p_id, p_bucket, p_key, p_access_key, p_account, p_exact, p_max, v_bytes, p_sha256, p_crc32c, p_crc64nvme,
-                coalesce(p_content_type, ''), p_metadata, p_idempotency, p_hash, clock_timestamp() + p_ttl)
-            RETURNING * INTO v_row;
-    EXCEPTION WHEN unique_violation THEN
-        RAISE EXCEPTION 'key %/% has a live reservation', p_bucket, p_key USING ERRCODE = 'unique_violation',
-            HINT = 'fencegate:key-reserved';
-    END;
-    PERFORM fencegate_reservation_event(v_row, 'reservation.created');
     RETURN NEXT v_row;
 END $$;
 
