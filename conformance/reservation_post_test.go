@@ -265,20 +265,21 @@ func TestReservationsCommandPostForm(t *testing.T) {
 }
 
 // TestReservationFormEndedBeforeSend: a form admitted under a live
-// reservation whose reservation is cancelled before its file goes out (held
-// once its key's lease is taken) sends nothing: the bind refuses it, 403
-// AccessDenied, nothing published or at the store.
+// reservation whose reservation is cancelled while it waits for its key
+// (another holder has it) sends nothing: its acquire's binding refuses it,
+// 403 AccessDenied, nothing published or at the store.
 func TestReservationFormEndedBeforeSend(t *testing.T) {
-	reached, release := make(chan struct{}), make(chan struct{})
+	reached := make(chan struct{})
 	var once sync.Once
 	var bucket string
-	k := newReservationKit(t, gatewayOptions{Hooks: lease.Hooks{Acquired: func(b, key, _ string) {
+	k := newReservationKit(t, gatewayOptions{Hooks: lease.Hooks{Waiting: func(b, key string) {
 		if b == bucket && key == "held" {
-			once.Do(func() { close(reached); <-release })
+			once.Do(func() { close(reached) })
 		}
 	}}})
 	bucket = k.bucket
 	r := k.reserve(t, meta.ReservationRequest{Key: "held", ExactSize: ptr[int64](5)})
+	release := k.holdKey(t, "held")
 	type answer struct {
 		status int
 		code   string
@@ -288,12 +289,12 @@ func TestReservationFormEndedBeforeSend(t *testing.T) {
 		status, code := postReservation(t, r.Post, nil, []byte("hello"))
 		done <- answer{status, code}
 	}()
-	within(t, reached, 30*time.Second, "the form holding its lease")
+	within(t, reached, 30*time.Second, "the form waiting for its key")
 	if _, err := k.rs.End(context.Background(), r.ID, meta.ReservationCancelled); err != nil {
 		t.Fatal(err)
 	}
 	before := k.g.StoreRequests.Load()
-	close(release)
+	release()
 	res := within(t, done, 30*time.Second, "the form's answer")
 	if res.status != 403 || res.code != "AccessDenied" {
 		t.Fatalf("POST: %d %s, want 403 AccessDenied", res.status, res.code)

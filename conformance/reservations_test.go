@@ -222,34 +222,60 @@ func TestReservationPutRefusals(t *testing.T) {
 }
 
 // TestReservationEndedBeforeSend: a PUT admitted under a live reservation
-// whose reservation is cancelled before its bytes go out (held once its
-// key's lease is taken) sends nothing, publishes nothing, and leaves no
-// object.
+// that waits for its key (another holder has it) while the reservation is
+// cancelled is refused when it takes the key: its acquire binds it to the
+// reservation in the same transaction and finds it ended (lease.
+// ErrReservationEnded), so the attempt ends failed, nothing reaches the
+// store, nothing is published, and the client gets 403 AccessDenied. A
+// reservation that ends after the acquire bound it is the in-flight case
+// (TestReservationEndedBeforeCommit: the commit refuses it).
 func TestReservationEndedBeforeSend(t *testing.T) {
-	reached, release := make(chan struct{}), make(chan struct{})
+	reached := make(chan struct{})
 	var once sync.Once
 	var bucket string
-	k := newReservationKit(t, gatewayOptions{Stream: true, Hooks: lease.Hooks{Acquired: func(b, key, _ string) {
+	k := newReservationKit(t, gatewayOptions{Stream: true, Hooks: lease.Hooks{Waiting: func(b, key string) {
 		if b == bucket && key == "held" {
-			once.Do(func() { close(reached); <-release })
+			once.Do(func() { close(reached) })
 		}
 	}}})
 	bucket = k.bucket
 	r := k.reserve(t, meta.ReservationRequest{Key: "held", ExactSize: ptr[int64](5)})
+	release := k.holdKey(t, "held")
 	done := make(chan rawResult, 1)
 	go func() { done <- putURL(r.PutURL, []byte("hello"), nil) }()
-	within(t, reached, 30*time.Second, "the PUT holding its lease")
+	within(t, reached, 30*time.Second, "the PUT waiting for its key")
 	if _, err := k.rs.End(context.Background(), r.ID, meta.ReservationCancelled); err != nil {
 		t.Fatal(err)
 	}
-	close(release)
+	before := k.g.StoreRequests.Load()
+	release()
 	res := within(t, done, 30*time.Second, "the PUT's answer")
 	if res.Status != 403 || res.Code != "AccessDenied" {
 		t.Fatalf("PUT: %d %s %v, want 403 AccessDenied", res.Status, res.Code, res.Err)
 	}
+	if n := k.g.StoreRequests.Load() - before; n != 0 {
+		t.Fatalf("%d requests reached the store after the binding was refused", n)
+	}
 	if n := k.published(t, "held"); n != 0 || k.atStore(t, "held") {
 		t.Fatalf("%d publications / bytes at the store after a cancelled reservation", n)
 	}
+}
+
+// holdKey takes the key's lease as another writer would (a lease manager of
+// its own on the gateway's database), so a write through the gateway waits
+// for it; release gives it back.
+func (k *reservationKit) holdKey(t *testing.T, key string) (release func()) {
+	t.Helper()
+	m := lease.NewManager(lease.Config{TTL: 30 * time.Second, WaitMax: time.Second, WaitPoll: 20 * time.Millisecond},
+		&meta.Catalog{Pool: k.g.Keys.Pool}, nil)
+	l, err := m.Acquire(context.Background(), lease.Request{Bucket: k.bucket, Key: key, Op: lease.KindPut, DeclaredSize: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var once sync.Once
+	release = func() { once.Do(func() { l.Finish(lease.StateFailed, "test: the holder gives the key back") }) }
+	t.Cleanup(release)
+	return release
 }
 
 // TestReservationEndedBeforeCommit: a PUT whose bytes the store

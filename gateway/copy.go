@@ -70,7 +70,7 @@ func (s *Server) copyObject(ctx *fasthttp.RequestCtx, r *request) *apiError {
 	return s.writeKey(ctx, r, u, keyWrite{
 		WriteRequest: lease.WriteRequest{Kind: lease.KindCopy, DeclaredSize: declared,
 			ClientConditional: hasClientCondition(r), OtherCondition: hasConditionBesideFence(r)},
-		prepare: func(u *upstream, id string) *apiError {
+		prepare: func(u *upstream, t lease.Try) *apiError {
 			h := u.req.Header
 			if !replace {
 				for k := range h {
@@ -104,7 +104,7 @@ func (s *Server) copyObject(ctx *fasthttp.RequestCtx, r *request) *apiError {
 			// list or * would let other bytes be copied under the size read
 			// here. A source changed since is a 412 the client retries (503).
 			h.Set("X-Amz-Copy-Source-If-Match", `"`+info.ETag+`"`)
-			h.Set(store.AttemptHeader, id)
+			h.Set(store.AttemptHeader, t.AttemptID)
 			return nil
 		},
 		acknowledge: func(resp *http.Response) (lease.Landed, *apiError) {

@@ -114,7 +114,7 @@ func (s *Server) createUpload(ctx *fasthttp.RequestCtx, r *request) *apiError {
 			return lease.Created{NotSent: true, Err: e}
 		}
 		u.req.Header.Set(store.AttemptHeader, id)
-		if e := s.bindReservation(r, u); e != nil {
+		if e := s.bindReservation(r, u, false); e != nil {
 			return lease.Created{NotSent: true, Err: e} // reserve.go: the upload becomes the reservation's
 		}
 		var ans lease.Created

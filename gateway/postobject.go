@@ -258,10 +258,10 @@ func (s *Server) postObject(ctx *fasthttp.RequestCtx, r *request) *apiError {
 		checksum = store.ChecksumValue(u.trailerName, v)
 	}
 	o := s.keyedWrite(ctx, r, u, keyWrite{
-		WriteRequest: lease.WriteRequest{Kind: lease.KindPut, Key: r.key, DeclaredSize: n, Checksum: checksum},
-		prepare: func(u *upstream, id string) *apiError {
-			u.req.Header.Set(store.AttemptHeader, id)
-			return s.bindReservation(r, u) // reserve.go: a form under a reservation is bound as a PUT is
+		WriteRequest: lease.WriteRequest{Kind: lease.KindPut, Key: r.key, DeclaredSize: n, Checksum: checksum, Reservation: r.reservation},
+		prepare: func(u *upstream, t lease.Try) *apiError {
+			u.req.Header.Set(store.AttemptHeader, t.AttemptID)
+			return s.bindReservation(r, u, t.ReservationBound) // reserve.go: a form under a reservation is bound as a PUT is
 		},
 		acknowledge: func(resp *http.Response) (lease.Landed, *apiError) {
 			return lease.Landed{ETag: store.TrimETag(resp.Header.Get("ETag")), Size: n}, nil

@@ -182,11 +182,18 @@ func reservationInQuery(query string) string {
 // bindReservation is the write path's one hook for reservations
 // (PutObject's prepare, write.go): before a PutObject under a reservation
 // sends a byte to the store, its attempt is bound to the reservation, which
-// must still be live (a refusal sends nothing: the attempt ends failed); the commit then publishes it only as that reservation's
-// one publication (meta/migrations/0012_reservations.sql). The parameter is
-// not sent to the store.
-func (s *Server) bindReservation(r *request, u *upstream) *apiError {
+// must still be live (a refusal sends nothing: the attempt ends failed); the
+// commit then publishes it only as that reservation's one publication
+// (meta/migrations/0012_reservations.sql). The acquire usually bound it
+// already, in its own transaction (bound; lease.WriteRequest.Reservation);
+// a lease handed over by a commit and a multipart upload's create are bound
+// here. The parameter is not sent to the store.
+func (s *Server) bindReservation(r *request, u *upstream, bound bool) *apiError {
 	if r.reservation == "" {
+		return nil
+	}
+	if bound {
+		u.req.URL.RawQuery = withoutReservationParam(u.req.URL.RawQuery)
 		return nil
 	}
 	attempt := u.req.Header.Get(store.AttemptHeader)
@@ -207,10 +214,15 @@ func (s *Server) bindReservation(r *request, u *upstream) *apiError {
 		}
 		return refused
 	}
-	if q := u.req.URL.RawQuery; strings.Contains(q, reservationParam) {
-		u.req.URL.RawQuery = withoutParam(q, reservationParam)
-	}
+	u.req.URL.RawQuery = withoutReservationParam(u.req.URL.RawQuery)
 	return nil
+}
+
+func withoutReservationParam(q string) string {
+	if !strings.Contains(q, reservationParam) {
+		return q
+	}
+	return withoutParam(q, reservationParam)
 }
 
 func withoutParam(raw, name string) string {

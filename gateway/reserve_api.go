@@ -123,7 +123,9 @@ func (s *Server) reservationRequest(ctx *fasthttp.RequestCtx, r *request) *apiEr
 				s.metrics.reservationsCancelled.Inc()
 			}
 		}
-		if err == nil && r.op.Name == "CompleteReservation" {
+		if err == nil && r.op.Name == "CompleteReservation" && res.State != reservations.Committed {
+			// A committed one (its PUT through the gateway committed it)
+			// is answered as read: every repeat returns the current state.
 			// Settling may wait for a writer holding the key.
 			cctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()

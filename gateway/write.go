@@ -38,7 +38,7 @@ type keyWrite struct {
 	lease.WriteRequest
 	// prepare readies the request before its first sending (the attempt
 	// header, a copy's restated metadata); an error sends nothing.
-	prepare func(u *upstream, attemptID string) *apiError
+	prepare func(u *upstream, t lease.Try) *apiError
 	// acknowledge reads the store's success answer: what the write left.
 	acknowledge func(resp *http.Response) (lease.Landed, *apiError)
 }
@@ -84,6 +84,8 @@ func (s *Server) writeError(r *request, key string, err error) *apiError {
 		return errSlowDown
 	case errors.Is(err, lease.ErrNoSession):
 		return errNoSession
+	case errors.Is(err, lease.ErrReservationEnded):
+		return errReservationEnded
 	case errors.Is(err, lease.ErrUnsettled):
 		s.deps.Log.Warn("settling the key failed", "request_id", r.id, "key", key, "err", err)
 		return errSlowDown
@@ -142,7 +144,7 @@ func (s *Server) keyedWrite(ctx *fasthttp.RequestCtx, r *request, u *upstream, w
 				s.spool.waits.Inc()
 			}
 			if w.prepare != nil {
-				if e := w.prepare(u, t.AttemptID); e != nil {
+				if e := w.prepare(u, t); e != nil {
 					return lease.Sent{NotSent: true, Err: e}
 				}
 			}
@@ -183,7 +185,11 @@ func (s *Server) keyedWrite(ctx *fasthttp.RequestCtx, r *request, u *upstream, w
 	if err != nil || written.Answered {
 		drain(resp)
 		if err != nil {
-			return keyOutcome{e: s.writeError(r, req.Key, err)}
+			e := s.writeError(r, req.Key, err)
+			if u.guard != nil && errors.Is(err, lease.ErrReservationEnded) {
+				e = withClose(e) // the streamed body is still on the wire, unread
+			}
+			return keyOutcome{e: e}
 		}
 	}
 	return keyOutcome{Written: written, resp: resp}
@@ -232,10 +238,10 @@ func (s *Server) putObject(ctx *fasthttp.RequestCtx, r *request) *apiError {
 	}
 	e = s.writeKey(ctx, r, u, keyWrite{
 		WriteRequest: lease.WriteRequest{Kind: lease.KindPut, DeclaredSize: r.bytesIn, Checksum: u.declaredChecksum,
-			ClientConditional: hasClientCondition(r), OtherCondition: hasConditionBesideFence(r)},
-		prepare: func(u *upstream, id string) *apiError {
-			u.req.Header.Set(store.AttemptHeader, id)
-			return s.bindReservation(r, u)
+			ClientConditional: hasClientCondition(r), OtherCondition: hasConditionBesideFence(r), Reservation: r.reservation},
+		prepare: func(u *upstream, t lease.Try) *apiError {
+			u.req.Header.Set(store.AttemptHeader, t.AttemptID)
+			return s.bindReservation(r, u, t.ReservationBound)
 		},
 		acknowledge: func(resp *http.Response) (lease.Landed, *apiError) {
 			return lease.Landed{ETag: store.TrimETag(resp.Header.Get("ETag")), Size: r.bytesIn}, nil

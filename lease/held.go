@@ -19,7 +19,10 @@ type Lease struct {
 	AttemptID   string
 	Op          Kind
 	Waited      bool // the key was leased when this writer came, and it waited
-	req         Request
+	// ReservationBound: the acquire bound Request.Reservation to the
+	// attempt (Acquired.ReservationBound).
+	ReservationBound bool
+	req              Request
 	// acquiredState is the key's state read with the lease, for the first
 	// Settle; later ones read it again.
 	acquiredState *KeyState

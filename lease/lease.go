@@ -181,6 +181,9 @@ var (
 	ErrConflict = errors.New("the key is being written by another request")
 	// ErrBusy: the bounded wait for a leased key ran out (503 SlowDown).
 	ErrBusy = errors.New("timed out waiting for the key's lease")
+	// ErrReservationEnded: the write's reservation (Request.Reservation) is
+	// no longer live; its attempt ended failed and nothing was sent.
+	ErrReservationEnded = errors.New("the write's reservation is no longer live")
 )
 
 // Hooks are test signals: each, if set, is called at its point and may block
@@ -228,7 +231,10 @@ type Request struct {
 	ClientConditional bool
 	// NoWait: give up at once if the key is leased (the reconciler, DeleteObjects).
 	NoWait bool
-	settle bool // a settler (the reconciler): no attempt, always HEADs
+	// Reservation the write is made under (Attempt.Reservation): bound by
+	// the acquire; ErrReservationEnded when it is no longer live.
+	Reservation string
+	settle      bool // a settler (the reconciler): no attempt, always HEADs
 }
 
 func (m *Manager) dbctx(ctx context.Context) (context.Context, context.CancelFunc) {
@@ -249,7 +255,7 @@ func (m *Manager) Acquire(ctx context.Context, req Request) (l *Lease, err error
 	p := AcquireParams{
 		Bucket: req.Bucket, Key: req.Key, NoAttempt: req.settle, TTL: m.cfg.TTL,
 		Attempt: Attempt{ID: id, Op: req.Op, Gateway: m.cfg.Gateway, DeclaredSize: req.DeclaredSize,
-			Checksum: req.Checksum, UploadAttempt: req.UploadAttempt},
+			Checksum: req.Checksum, UploadAttempt: req.UploadAttempt, Reservation: req.Reservation},
 	}
 	start := time.Now()
 	waitUntil, limit := start.Add(m.cfg.WaitMax), start.Add(m.cfg.WaitLimit)
@@ -363,6 +369,12 @@ func (m *Manager) granted(req Request, id string, acq *Acquired, sent time.Time,
 	}
 	l.acquiredState = acq.State
 	l.Waited = waited
+	if acq.ReservationEnded {
+		l.Finish(StateFailed, "its reservation is no longer live; nothing was sent")
+		m.Metrics.Refused.WithLabelValues("reservation_ended").Inc()
+		return nil, ErrReservationEnded
+	}
+	l.ReservationBound = acq.ReservationBound
 	if m.Hooks.Acquired != nil {
 		m.Hooks.Acquired(req.Bucket, req.Key, id)
 	}

@@ -286,3 +286,69 @@ func TestFailedReleaseIsTriedAgain(t *testing.T) {
 	}
 	l2.Finish(lease.StateFailed, "test")
 }
+
+// TestAcquireBindsReservation: a write under a reservation is bound to it by
+// its acquire, in the acquire's own transaction (no bind of its own: one
+// write transaction fewer per reserved upload, docs/COST.md); under a
+// reservation that is no longer live the acquire gives the lease back, the
+// attempt failed, and nothing may be sent.
+func TestAcquireBindsReservation(t *testing.T) {
+	c := catalog(t)
+	rs := &meta.Reservations{Pool: c.Pool}
+	m := lease.NewManager(lease.Config{TTL: 5 * time.Second, WaitMax: time.Second, WaitPoll: 20 * time.Millisecond}, c, nil)
+	ctx := context.Background()
+	key := "bind-" + lease.NewID()
+	r, err := rs.Create(ctx, meta.ReservationRequest{Bucket: "b", Key: key, AccessKeyID: "K", TTL: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	req := lease.Request{Bucket: "b", Key: key, Op: "put", DeclaredSize: 1, Reservation: r.ID}
+	l, err := m.Acquire(ctx, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !l.ReservationBound {
+		t.Fatal("the acquire did not bind the reservation")
+	}
+	if id, ok, err := rs.BoundTo(ctx, l.AttemptID); err != nil || !ok || id != r.ID {
+		t.Fatalf("binding of %s: %q %v %v, want %s", l.AttemptID, id, ok, err, r.ID)
+	}
+	l.Finish(lease.StateFailed, "test")
+
+	plain, err := m.Acquire(ctx, lease.Request{Bucket: "b", Key: key + "-plain", Op: "put", DeclaredSize: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if plain.ReservationBound {
+		t.Fatal("a write without a reservation reported one bound")
+	}
+	if _, ok, _ := rs.BoundTo(ctx, plain.AttemptID); ok {
+		t.Fatal("a write without a reservation was bound")
+	}
+	plain.Finish(lease.StateFailed, "test")
+
+	if _, err := rs.End(ctx, r.ID, meta.ReservationCancelled); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.Acquire(ctx, req); !errors.Is(err, lease.ErrReservationEnded) {
+		t.Fatalf("acquire under a cancelled reservation: %v, want ErrReservationEnded", err)
+	}
+	var st, reason string
+	var bound bool
+	if err := c.Pool.QueryRow(ctx, `SELECT state, reason, EXISTS (SELECT 1 FROM reservation_attempts ra WHERE ra.attempt_id = a.attempt_id)
+		FROM attempts a WHERE bucket = 'b' AND key = $1 ORDER BY created_at DESC LIMIT 1`, key).Scan(&st, &reason, &bound); err != nil {
+		t.Fatal(err)
+	}
+	if st != lease.StateFailed || bound {
+		t.Fatalf("the refused attempt: state %s (%s), bound %v; want failed and unbound", st, reason, bound)
+	}
+	// The lease was given back: a writer without the reservation takes the
+	// key at once.
+	actx, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
+	defer cancel()
+	l3, err := m.Acquire(actx, lease.Request{Bucket: "b", Key: key, Op: "put", DeclaredSize: 1, NoWait: true})
+	if err != nil {
+		t.Fatalf("the key after a refused acquire: %v", err)
+	}
+	l3.Finish(lease.StateFailed, "test")
+}

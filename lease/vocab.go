@@ -42,8 +42,12 @@ type Attempt struct {
 	UploadID     string
 	// UploadAttempt is a Complete try's multipart upload (its attempt id).
 	UploadAttempt string
-	Generation    int64
-	ETag          string
+	// Reservation is the upload reservation the attempt writes under ("":
+	// none; docs/RESERVATIONS.md): a new attempt's acquire binds it in its
+	// own transaction, when the reservation is still live.
+	Reservation string
+	Generation  int64
+	ETag        string
 	// InState is how long the attempt has been in its state (an unknown
 	// one: since it last became unknown), on PostgreSQL's clock when it was
 	// read.
@@ -105,6 +109,12 @@ type Acquired struct {
 	State               *KeyState
 	TookOverDeadSession bool
 	DeadSessionFor      time.Duration
+	// ReservationBound: Attempt.Reservation was bound to the attempt in the
+	// acquire's transaction. ReservationEnded: it is no longer live (ended,
+	// past its expiry, or another key's), so nothing may be sent under it.
+	// Neither: the attempt has no reservation, or the lease was handed over
+	// by a commit, which binds nothing: the writer binds it itself.
+	ReservationBound, ReservationEnded bool
 }
 
 // Ending is how a lease holder's attempt ended, recorded when it releases.

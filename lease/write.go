@@ -78,6 +78,10 @@ type WriteRequest struct {
 	// At is told each step of the protocol as it is reached (the tests'
 	// failpoints); nil: nobody listens.
 	At func(Step)
+	// Reservation the write is made under (docs/RESERVATIONS.md): its
+	// acquire binds the attempt to it, or Write returns ErrReservationEnded
+	// with nothing sent.
+	Reservation string
 }
 
 // Step names a point of the write protocol.
@@ -105,6 +109,10 @@ type Try struct {
 	N int
 	// Waited: the key was leased when the write came, and it waited.
 	Waited bool
+	// ReservationBound: the acquire bound WriteRequest.Reservation to the
+	// attempt; false with a reservation: the sender binds it (a lease
+	// handed over by a commit binds nothing).
+	ReservationBound bool
 }
 
 // Condition is the header the try's fence puts on the request: If-Match on
@@ -184,7 +192,7 @@ func (m *Manager) Write(ctx context.Context, st Store, req WriteRequest, send fu
 	l, err := m.Acquire(ctx, Request{
 		Bucket: req.Bucket, Key: req.Key, Op: req.Kind, UploadAttempt: req.UploadAttempt,
 		DeclaredSize: req.DeclaredSize, Checksum: req.Checksum,
-		ClientConditional: req.ClientConditional, NoWait: req.NoWait,
+		ClientConditional: req.ClientConditional, NoWait: req.NoWait, Reservation: req.Reservation,
 	})
 	if err != nil {
 		if req.NoWait && errors.Is(err, ErrBusy) {
@@ -239,7 +247,8 @@ func (w *write) run(ctx context.Context, send func(Try) Sent, at func(Step)) (Wr
 	for try := 0; ; try++ {
 		l.Sending(fence, fenced)
 		w.sent = true
-		ans = send(Try{Ctx: l.Context(), AttemptID: l.AttemptID, Fence: fence, Fenced: fenced, Kind: req.Kind, N: try, Waited: l.Waited})
+		ans = send(Try{Ctx: l.Context(), AttemptID: l.AttemptID, Fence: fence, Fenced: fenced, Kind: req.Kind, N: try, Waited: l.Waited,
+			ReservationBound: l.ReservationBound})
 		if ans.Checksum != "" {
 			l.SentChecksum(ans.Checksum)
 		}

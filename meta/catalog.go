@@ -42,15 +42,25 @@ func (c *Catalog) Acquire(ctx context.Context, p lease.AcquireParams) (*lease.Ac
 	var ok bool
 	var deadFor, liveFor *float64
 	var ks *lease.KeyState
+	var bound *bool
+	bindable := a.Reservation != "" && mode == "new" && validUUID(a.Reservation) && validUUID(a.ID)
 	// The key's state rides in the same round trip, read after the lease row
 	// is locked: the writer settles from it (KeyState).
 	err := c.call(ctx, &batchedCall{bucket: p.Bucket, key: p.Key, queue: func(b *pgx.Batch) {
-		ok, deadFor, liveFor, ks = false, nil, nil, &lease.KeyState{}
+		ok, deadFor, liveFor, ks, bound = false, nil, nil, &lease.KeyState{}, nil
 		b.Queue(`SELECT acquired, dead_session_for, holder_live_for FROM fencegate_acquire($1, $2, $3, $4::interval, $5, $6, $7, $8, $9, $10, $11, $12)`,
 			p.Bucket, p.Key, a.ID, p.TTL.String(), mode, a.Op, a.Gateway, nullSize(a.DeclaredSize), a.Checksum, nullID(a.UploadAttempt),
 			nullID(p.Session), p.Wait).
 			QueryRow(func(row pgx.Row) error { return row.Scan(&ok, &deadFor, &liveFor) })
 		queueKeyState(b, p.Bucket, p.Key, ks)
+		if bindable {
+			// The write's reservation is bound in the acquire's transaction
+			// (saving the bind's own: docs/COST.md), only if the acquire
+			// took the lease; NULL otherwise.
+			b.Queue(`SELECT CASE WHEN EXISTS (SELECT 1 FROM attempts WHERE attempt_id = $2 AND state = 'leased')
+					THEN fencegate_reservation_bind($1, $2, $3, $4) END`, a.Reservation, a.ID, p.Bucket, p.Key).
+				QueryRow(func(row pgx.Row) error { return row.Scan(&bound) })
+		}
 	}})
 	if err != nil {
 		return nil, err
@@ -63,6 +73,10 @@ func (c *Catalog) Acquire(ctx context.Context, p lease.AcquireParams) (*lease.Ac
 		return nil, h
 	}
 	acq := &lease.Acquired{State: ks}
+	if a.Reservation != "" && mode == "new" {
+		acq.ReservationBound = bound != nil && *bound
+		acq.ReservationEnded = !acq.ReservationBound
+	}
 	if deadFor != nil {
 		acq.TookOverDeadSession = true
 		acq.DeadSessionFor = time.Duration(*deadFor * float64(time.Second))
