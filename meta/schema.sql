@@ -295,11 +295,6 @@ BEGIN
     IF NOT FOUND THEN
         RETURN NULL;
     END IF;
-    IF v_res.account IS NOT NULL THEN
-        UPDATE quotas SET reserved_bytes = reserved_bytes - v_res.reserved_bytes, used_bytes = used_bytes + p_size,
-                reserved_objects = reserved_objects - 1, used_objects = used_objects + 1, updated_at = clock_timestamp()
-            WHERE account = v_res.account;
-    END IF;
     PERFORM fencegate_reservation_event(v_res, 'reservation.committed');
     RETURN v_res;
 END $$;
@@ -380,16 +375,9 @@ BEGIN
     IF FOUND AND NOT v_prev.deleted THEN
         UPDATE reservations SET released_at = clock_timestamp()
             WHERE bucket = NEW.bucket AND key = NEW.key AND state = 'committed'
-              AND generation = v_prev.generation AND released_at IS NULL
-            RETURNING * INTO v_res;
-        IF FOUND AND v_res.account IS NOT NULL THEN
-            UPDATE quotas SET used_bytes = used_bytes - coalesce(v_prev.size, v_res.size, 0),
-                    used_objects = used_objects - 1, updated_at = clock_timestamp()
-                WHERE account = v_res.account;
-        END IF;
+              AND generation = v_prev.generation AND released_at IS NULL;
     END IF;
 
-    v_res := NULL;
     IF NEW.attempt_id IS NOT NULL THEN
         SELECT r.* INTO v_res FROM reservation_attempts a JOIN reservations r USING (reservation_id)
             WHERE a.attempt_id = NEW.attempt_id FOR UPDATE OF r;
@@ -421,6 +409,23 @@ BEGIN
     END IF;
     PERFORM fencegate_reservation_commit(v_res.reservation_id, NEW.size, NEW.etag, NEW.generation);
     RETURN NEW;
+END $$;
+
+CREATE FUNCTION public.fencegate_reservation_quota_move() RETURNS trigger
+    LANGUAGE plpgsql
+    AS $$
+BEGIN
+    IF OLD.state = 'reserved' AND NEW.state = 'committed' THEN
+        UPDATE quotas SET reserved_bytes = reserved_bytes - NEW.reserved_bytes, used_bytes = used_bytes + NEW.size,
+                reserved_objects = reserved_objects - 1, used_objects = used_objects + 1, updated_at = clock_timestamp()
+            WHERE account = NEW.account;
+    END IF;
+    IF OLD.released_at IS NULL AND NEW.released_at IS NOT NULL THEN
+        UPDATE quotas SET used_bytes = used_bytes - coalesce(NEW.size, 0),
+                used_objects = used_objects - 1, updated_at = clock_timestamp()
+            WHERE account = NEW.account;
+    END IF;
+    RETURN NULL;
 END $$;
 
 CREATE FUNCTION public.fencegate_reserve(p_id uuid, p_bucket text, p_key text, p_access_key text, p_account text, p_exact bigint, p_max bigint, p_sha256 text, p_crc32c text, p_crc64nvme text, p_content_type text, p_metadata jsonb, p_idempotency text, p_hash text, p_ttl interval) RETURNS SETOF public.reservations
@@ -891,6 +896,8 @@ CREATE TRIGGER generations_reservation BEFORE INSERT ON public.generations FOR E
 CREATE TRIGGER leases_released BEFORE UPDATE ON public.leases FOR EACH ROW WHEN (((old.wakeup IS NOT NULL) AND (old.holder IS NOT NULL) AND (new.holder IS NULL))) EXECUTE FUNCTION public.fencegate_lease_released();
 
 CREATE TRIGGER outbox_notify_fanout AFTER INSERT ON public.outbox FOR EACH ROW EXECUTE FUNCTION public.fencegate_notify_fanout();
+
+CREATE CONSTRAINT TRIGGER reservations_quota_move AFTER UPDATE ON public.reservations DEFERRABLE INITIALLY DEFERRED FOR EACH ROW WHEN (((new.account IS NOT NULL) AND (((old.state = 'reserved'::text) AND (new.state = 'committed'::text)) OR ((old.released_at IS NULL) AND (new.released_at IS NOT NULL) AND (new.state = 'committed'::text))))) EXECUTE FUNCTION public.fencegate_reservation_quota_move();
 
 ALTER TABLE ONLY public.access_grants
     ADD CONSTRAINT access_grants_access_key_id_fkey FOREIGN KEY (access_key_id) REFERENCES public.access_keys(access_key_id) ON DELETE CASCADE;
