@@ -163,4 +163,8 @@ func TestReservationSweepAbortsUploads(t *testing.T) {
 		sweptAndAborted(t, r, id, meta.ReservationCancelled)
 		quotaReleased(t)
 	})
+	// One abort counted per upload, the refused ones not.
+	if n := metricsOf(t, k.g.Admin)[`fencegate_reservation_sweep_actions_total{action="upload_aborted"}`]; n != 3 {
+		t.Errorf("fencegate_reservation_sweep_actions_total{action=\"upload_aborted\"} = %v, want 3", n)
+	}
 }

@@ -17,6 +17,10 @@ type LifecycleMetrics struct {
 	// ReservationsExpired counts the reservations this gateway's sweeper
 	// ended at their expiry (the gateway counts the other moves).
 	ReservationsExpired prometheus.Counter
+	// ReservationSweeps counts what this gateway's sweeper did at the store
+	// after ended reservations, by action: upload_aborted (an open multipart
+	// upload bound to one), bytes_deleted (bytes of its attempts at its key).
+	ReservationSweeps *prometheus.CounterVec
 }
 
 // NewLifecycleMetrics makes the metrics and registers them with reg (if not nil).
@@ -32,9 +36,11 @@ func NewLifecycleMetrics(reg prometheus.Registerer) *LifecycleMetrics {
 			Help: "Age of the oldest abandoned multipart upload not yet aborted, 0 if none."}),
 		ReservationsExpired: prometheus.NewCounter(prometheus.CounterOpts{Name: "fencegate_reservations_expired_total",
 			Help: "Upload reservations this gateway's sweeper ended at their expiry (quota released)."}),
+		ReservationSweeps: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "fencegate_reservation_sweep_actions_total",
+			Help: "What this gateway's sweeper did at the store after ended reservations, by action (upload_aborted, bytes_deleted)."}, []string{"action"}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.Items, m.Backlog, m.OldestUnknown, m.OldestAbandoned, m.ReservationsExpired)
+		reg.MustRegister(m.Items, m.Backlog, m.OldestUnknown, m.OldestAbandoned, m.ReservationsExpired, m.ReservationSweeps)
 	}
 	return m
 }

@@ -164,6 +164,7 @@ func (s *Service) sweepReservation(ctx context.Context, sw ReservationSweeper, e
 		}
 		return s.retryReservation(ctx, sw, e, err)
 	}
+	s.Metrics.ReservationSweeps.WithLabelValues("bytes_deleted").Inc()
 	s.at(StepSweepDeleted, e)
 	if _, err := l.Commit(ctx, Landed{Deleted: true, Size: -1}); err != nil {
 		return outcomeFailed
@@ -204,6 +205,7 @@ func (s *Service) abortReservationUploads(ctx context.Context, sw ReservationSwe
 				"reservation", e.ID, "bucket", e.Bucket, "key", e.Key, "upload_id", u.UploadID, "tries", e.Tries, "err", err)
 			return s.retryReservation(ctx, sw, e, err), true
 		}
+		s.Metrics.ReservationSweeps.WithLabelValues("upload_aborted").Inc()
 		s.at(StepSweepAborted, e)
 		if s.dbDo(ctx, func(dctx context.Context) error {
 			return s.db.UploadAborted(dctx, u.AttemptID, "its reservation ended: aborted by the sweeper")
