@@ -10,6 +10,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 // Group commit for the write protocol's two durable calls, Acquire and
@@ -57,8 +58,15 @@ type batchedCall struct {
 	taken bool          // in a batch (under writeBatcher.mu)
 }
 
-// writeBatcher is a catalog's queue of calls for the next batch.
+// writeBatcher is a queue of calls for the next batch: a catalog's Acquires
+// and Commits, or Reservations' creates (reservations.go).
 type writeBatcher struct {
+	// pool is where batches go, afterCommit (if set) what wakes the outbox
+	// after a commit's batch; both set by the batcher's owner before its
+	// first call.
+	pool        *pgxpool.Pool
+	afterCommit func(payload string)
+
 	mu       sync.Mutex
 	inFlight int // batches sent and not yet answered
 	queued   []*batchedCall
@@ -81,11 +89,16 @@ func (c *Catalog) BatchStats() (calls, batches, resent int64) {
 
 // call runs one Acquire or Commit in the next batch and waits for its end.
 func (c *Catalog) call(ctx context.Context, bc *batchedCall) error {
+	c.writesOnce.Do(func() { c.writes.pool, c.writes.afterCommit = c.Pool, c.notifyOutbox })
 	if c.SingleCalls {
-		return c.sendAlone(ctx, bc)
+		return c.writes.sendAlone(ctx, bc)
 	}
+	return c.writes.call(ctx, bc)
+}
+
+// call runs one call in the next batch and waits for its end.
+func (w *writeBatcher) call(ctx context.Context, bc *batchedCall) error {
 	bc.ctx, bc.done, bc.lead = ctx, make(chan struct{}), make(chan struct{}, 1)
-	w := &c.writes
 	w.mu.Lock()
 	w.queued = append(w.queued, bc)
 	lead := w.inFlight == 0
@@ -96,7 +109,7 @@ func (c *Catalog) call(ctx context.Context, bc *batchedCall) error {
 	if lead {
 		// Nothing was in flight: this call leads the next batch, which
 		// holds it (unless another call went beside a slow leader first).
-		c.sendQueued()
+		w.sendQueued()
 		<-bc.done
 		return bc.err
 	}
@@ -105,7 +118,7 @@ func (c *Catalog) call(ctx context.Context, bc *batchedCall) error {
 	defer stuck.Stop()
 	for {
 		if lead {
-			c.sendQueued()
+			w.sendQueued()
 			lead = false
 		}
 		select {
@@ -140,8 +153,7 @@ const stuckBatch = 100 * time.Millisecond
 // sendQueued sends the first maxBatch queued calls as one batch, then, if
 // no other batch is in flight, hands the lead to the first call still
 // queued.
-func (c *Catalog) sendQueued() {
-	w := &c.writes
+func (w *writeBatcher) sendQueued() {
 	w.mu.Lock()
 	n := min(len(w.queued), maxBatch)
 	batch := slices.Clone(w.queued[:n])
@@ -154,7 +166,7 @@ func (c *Catalog) sendQueued() {
 	if hook != nil {
 		hook(n)
 	}
-	c.sendBatch(batch)
+	w.sendBatch(batch)
 	w.mu.Lock()
 	w.inFlight--
 	if len(w.queued) > 0 && w.inFlight == 0 {
@@ -164,7 +176,7 @@ func (c *Catalog) sendQueued() {
 	w.mu.Unlock()
 }
 
-func (c *Catalog) sendBatch(calls []*batchedCall) {
+func (w *writeBatcher) sendBatch(calls []*batchedCall) {
 	defer func() {
 		for _, bc := range calls {
 			close(bc.done)
@@ -202,19 +214,19 @@ func (c *Catalog) sendBatch(calls []*batchedCall) {
 			wakeups = append(wakeups, bc.notify)
 		}
 	}
-	err := c.Pool.SendBatch(ctx, b).Close()
-	if err == nil {
+	err := w.pool.SendBatch(ctx, b).Close()
+	if err == nil && w.afterCommit != nil {
 		// The batch's commits wake outbox consumers after it, never inside
 		// its transaction: a full notification queue fails a transaction
 		// that NOTIFYs at its commit, and a wake-up must cost latency at
 		// most, never a write (notify.go).
-		for _, w := range wakeups {
-			c.notifyOutbox(w)
+		for _, p := range wakeups {
+			w.afterCommit(p)
 		}
 	}
-	c.writes.mu.Lock()
-	c.writes.calls += int64(len(live))
-	c.writes.batches++
+	w.mu.Lock()
+	w.calls += int64(len(live))
+	w.batches++
 	// Only an ERROR rolls the batch back for sure. A FATAL or PANIC ends the
 	// connection, possibly after the commit: resent, a settle's commit
 	// (which releases nothing) would be made twice, a second generation and
@@ -223,9 +235,9 @@ func (c *Catalog) sendBatch(calls []*batchedCall) {
 	var pgErr *pgconn.PgError
 	resend := err != nil && len(live) > 1 && errors.As(err, &pgErr) && pgErr.Severity == "ERROR"
 	if resend {
-		c.writes.resent += int64(len(live))
+		w.resent += int64(len(live))
 	}
-	c.writes.mu.Unlock()
+	w.mu.Unlock()
 	if !resend {
 		for _, bc := range live {
 			bc.err = err
@@ -236,19 +248,19 @@ func (c *Catalog) sendBatch(calls []*batchedCall) {
 	// not commit, and each call goes again on its own.
 	for _, bc := range live {
 		if bc.err = bc.ctx.Err(); bc.err == nil {
-			bc.err = c.sendAlone(bc.ctx, bc)
+			bc.err = w.sendAlone(bc.ctx, bc)
 		}
 	}
 }
 
 // sendAlone sends one call in a transaction of its own, and its commit's
 // outbox wake-up after it (notify.go).
-func (c *Catalog) sendAlone(ctx context.Context, bc *batchedCall) error {
+func (w *writeBatcher) sendAlone(ctx context.Context, bc *batchedCall) error {
 	b := &pgx.Batch{}
 	bc.queue(b)
-	err := c.Pool.SendBatch(ctx, b).Close()
-	if err == nil && bc.notify != "" {
-		c.notifyOutbox(bc.notify)
+	err := w.pool.SendBatch(ctx, b).Close()
+	if err == nil && bc.notify != "" && w.afterCommit != nil {
+		w.afterCommit(bc.notify)
 	}
 	return err
 }

@@ -21,7 +21,8 @@ type Catalog struct {
 	// instead of batching concurrent ones (batch.go): for measurements.
 	SingleCalls bool
 
-	writes writeBatcher
+	writes     writeBatcher
+	writesOnce sync.Once
 
 	notifyOnce sync.Once
 	notifier   *outboxNotifier

@@ -9,6 +9,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -87,7 +88,19 @@ type Reservation struct {
 }
 
 // Reservations stores reservations and quotas.
-type Reservations struct{ Pool *pgxpool.Pool }
+type Reservations struct {
+	Pool *pgxpool.Pool
+
+	// Creates that come while one is in flight go together in the next
+	// round trip, one transaction (batch.go; docs/COST.md, "What a
+	// reservation costs"): an account's reservations all update its one
+	// quota row, and one transaction takes it once for them all instead of
+	// each queueing for it in turn. A batch that fails (a quota exceeded,
+	// a key already reserved) is sent again one create at a time, so each
+	// gets its own answer.
+	creates     writeBatcher
+	createsOnce sync.Once
+}
 
 const reservationColumns = `reservation_id::text, bucket, key, access_key_id, coalesce(account, ''), exact_size, max_size,
 	reserved_bytes, coalesce(sha256, ''), coalesce(crc32c, ''), coalesce(crc64nvme, ''), content_type, metadata, state, expires_at, created_at, ended_at, size,
@@ -151,10 +164,15 @@ func (s *Reservations) Create(ctx context.Context, q ReservationRequest) (Reserv
 		md = q.Metadata
 	}
 	id := newUUID()
-	row := s.Pool.QueryRow(ctx, `SELECT `+reservationColumns+` FROM fencegate_reserve($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15::interval)`,
-		id, q.Bucket, q.Key, q.AccessKeyID, account, q.ExactSize, q.MaxSize, nullString(q.SHA256), nullString(q.CRC32C),
-		nullString(q.CRC64NVME), q.ContentType, md, idem, q.hash(), q.TTL.String())
-	r, err := scanReservation(row)
+	s.createsOnce.Do(func() { s.creates.pool = s.Pool })
+	var r Reservation
+	err := s.creates.call(ctx, &batchedCall{bucket: q.Bucket, key: q.Key, queue: func(b *pgx.Batch) {
+		r = Reservation{}
+		b.Queue(`SELECT `+reservationColumns+` FROM fencegate_reserve($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15::interval)`,
+			id, q.Bucket, q.Key, q.AccessKeyID, account, q.ExactSize, q.MaxSize, nullString(q.SHA256), nullString(q.CRC32C),
+			nullString(q.CRC64NVME), q.ContentType, md, idem, q.hash(), q.TTL.String()).
+			QueryRow(func(row pgx.Row) (err error) { r, err = scanReservation(row); return })
+	}})
 	r.Made = err == nil && r.ID == id
 	return r, reservationError(err)
 }

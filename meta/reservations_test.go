@@ -3,8 +3,10 @@ package meta
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -262,5 +264,120 @@ func TestReservationNotSweptWhileAnAttemptIsOpen(t *testing.T) {
 	}
 	if err := c.ReservationSwept(ctx, r.ID); err != nil {
 		t.Fatalf("swept once the attempt failed: %v", err)
+	}
+}
+
+// TestCreatesInFlightMeanwhileShareOneTransaction: creates that come while
+// one is in flight go together in the next batch, one transaction taking
+// the account's quota row once (the first batch is held before it is sent
+// while five more come). A batch one of whose creates fails (here: the
+// account has room for all but the last; another repeats an idempotency key
+// of the same batch) is sent again one create at a time, so each gets its
+// own answer: the over-quota one ErrQuotaExceeded (it fits in no order),
+// the repeat the same
+// reservation, the rest made, and the quota exact.
+func TestCreatesInFlightMeanwhileShareOneTransaction(t *testing.T) {
+	ctx := context.Background()
+	s := &Reservations{Pool: migratedPool(t)}
+	account := "batch-" + newUUID()
+	if err := s.SetQuota(ctx, account, 600, nil); err != nil {
+		t.Fatal(err)
+	}
+	sends, gate := make(chan int, 16), make(chan struct{})
+	s.creates.stuckAfter = time.Minute // held batches are not stuck ones here
+	s.creates.beforeSend = func(n int) {
+		sends <- n
+		<-gate
+	}
+	create := func(key, idem string, size int64) (Reservation, error) {
+		if idem != "" {
+			idem += "-" + account // idempotency keys are the access key's, across runs
+		}
+		return s.Create(ctx, ReservationRequest{Bucket: account, Key: key, AccessKeyID: "K", Account: account,
+			ExactSize: ptr(size), IdempotencyKey: idem, TTL: time.Minute})
+	}
+	type result struct {
+		r   Reservation
+		err error
+	}
+	first := make(chan result, 1)
+	go func() { r, err := create("first", "", 100); first <- result{r, err} }()
+	select {
+	case n := <-sends:
+		if n != 1 {
+			t.Fatalf("the first batch carries %d creates, want 1", n)
+		}
+	case r := <-first:
+		t.Fatalf("the first create went without a batch: %+v", r)
+	case <-time.After(10 * time.Second):
+		t.Fatal("no batch of creates was sent in 10 s")
+	}
+	results := make([]result, 5)
+	var wg sync.WaitGroup
+	for i, c := range []struct {
+		key, idem string
+		size      int64
+	}{{"b1", "", 100}, {"b2", "", 100}, {"rep", "same", 100}, {"rep", "same", 100}, {"over", "", 501}} {
+		wg.Add(1)
+		go func() { defer wg.Done(); r, err := create(c.key, c.idem, c.size); results[i] = result{r, err} }()
+	}
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(time.Millisecond) {
+		s.creates.mu.Lock()
+		n := len(s.creates.queued)
+		s.creates.mu.Unlock()
+		if n == 5 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d creates queued, want 5", n)
+		}
+	}
+	close(gate)
+	wg.Wait()
+	if r := <-first; r.err != nil {
+		t.Fatal(r.err)
+	}
+	if n := <-sends; n != 5 {
+		t.Fatalf("the second batch carries %d creates, want 5", n)
+	}
+	calls, batches, resent := s.creates.calls, s.creates.batches, s.creates.resent
+	if calls != 6 || batches != 2 || resent != 5 {
+		t.Fatalf("%d creates in %d batches, %d resent; want 6 in 2, the failed batch's 5 resent", calls, batches, resent)
+	}
+	for i := range 4 {
+		if results[i].err != nil {
+			t.Fatalf("create %d: %v", i, results[i].err)
+		}
+	}
+	if results[2].r.ID != results[3].r.ID {
+		t.Fatalf("an idempotent repeat made another reservation: %s, %s", results[2].r.ID, results[3].r.ID)
+	}
+	if !errors.Is(results[4].err, ErrQuotaExceeded) {
+		t.Fatalf("the create past the limit: %v, want ErrQuotaExceeded", results[4].err)
+	}
+	if q, err := s.GetQuota(ctx, account); err != nil || q.ReservedBytes != 400 || q.ReservedObjects != 4 {
+		t.Fatalf("quota %+v (%v): want 400 B and 4 objects reserved", q, err)
+	}
+
+	// Without a failure, nothing is sent again: 16 concurrent creates, all
+	// made, in batches that all committed.
+	s.creates.beforeSend = nil
+	if err := s.SetQuota(ctx, account, 10000, nil); err != nil {
+		t.Fatal(err)
+	}
+	var made sync.WaitGroup
+	var failed atomic.Int64
+	for i := range 16 {
+		made.Add(1)
+		go func() {
+			defer made.Done()
+			if _, err := create(fmt.Sprintf("many/%d", i), "", 10); err != nil {
+				failed.Add(1)
+			}
+		}()
+	}
+	made.Wait()
+	if failed.Load() != 0 || s.creates.resent != 5 {
+		t.Fatalf("%d of 16 creates failed, %d resent in all; want none failed, none more resent", failed.Load(), s.creates.resent)
 	}
 }
