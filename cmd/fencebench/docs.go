@@ -119,10 +119,14 @@ func markdown(m machine, recs []Record) string {
 	}
 	p("\n")
 
-	if row, ok := reserveRow(recs); ok {
+	if rows := reserveRows(recs); len(rows) > 0 {
 		p("## Upload reservations\n\n")
-		p("%s. Against the plain PUT, an upload under a reservation adds the API's create (a durable transaction that also takes the quota), a read of the reservation at admission, the binding of the write's attempt before its bytes go to the store, and the complete (a HEAD at the store, a settle of the key and the complete's transaction); the PUT's own commit moves the reservation to committed in the same transaction (docs/RESERVATIONS.md).\n\n", reserveIntro)
-		p("| %s |\n|%s\n| %s |\n\n", strings.Join(reserveHeader, " | "), strings.Repeat("---|", len(reserveHeader)), strings.Join(row, " | "))
+		p("%s. Against the plain PUT, an upload under a reservation adds the API's create (a durable transaction that also takes the quota) and a read of the reservation at admission; the write's attempt is bound to the reservation in its acquire's transaction, and the PUT's own commit moves the reservation to committed in the same transaction (docs/RESERVATIONS.md). The complete adds a signed request and a read of the reservation (it is committed already).\n\n", reserveIntro)
+		p("| %s |\n|%s\n", strings.Join(reserveHeader, " | "), strings.Repeat("---|", len(reserveHeader)))
+		for _, row := range rows {
+			p("| %s |\n", strings.Join(row, " | "))
+		}
+		p("\n")
 	}
 
 	p("## Ratios (MiB/s)\n\n")

@@ -243,8 +243,8 @@ func runCell(ctx context.Context, t target, pg procGroups, c cell, dur time.Dura
 					err = cl.put(ctx, fmt.Sprintf("hot/%s/%d", t.name, c.size), data, buf)
 				case opPUTHot4:
 					err = cl.put(ctx, fmt.Sprintf("hot4/%s/%d/%d", t.name, c.size, w%hotKeys), data, buf)
-				case opReserve:
-					err = cl.reservePut(ctx, fmt.Sprintf("resv/%d/%d", c.size, w), data, buf)
+				case opReserve, opReserveComplete:
+					err = cl.reservePut(ctx, fmt.Sprintf("resv/%d/%d", c.size, w), data, buf, c.op == opReserveComplete)
 				case opPUTNotify:
 					err = cl.putNotify(ctx, w, data, buf)
 				case opMultipart:

@@ -199,7 +199,7 @@ func workload(quick bool) []cell {
 			// hundreds of MiB written the store's own PUTs slow for a while.
 			cells = append(cells, cell{opPUTHot, 64 << 10, 32}, cell{opPUTHot4, 64 << 10, 32})
 			// Upload reservations (reserve.go), beside the plain PUT 64 KiB c=32.
-			cells = append(cells, reserveCell)
+			cells = append(cells, reserveCells...)
 			// The small PUT with its events delivered to a webhook (notifybench.go).
 			cells = append(cells, notifyCell)
 		}
@@ -271,7 +271,7 @@ func run(ctx context.Context, o options) (err error) {
 	// Warm every target's connections and code paths (not recorded).
 	for _, t := range s.targets {
 		for _, c := range []cell{{opPUT, 64 << 10, 32}, {opGET, 64 << 10, 32}, reserveCell} {
-			if !t.runs(c) || c == reserveCell && !slices.Contains(cells, c) {
+			if !t.runs(c) || isReserve(c) && !slices.Contains(cells, c) {
 				continue
 			}
 			_ = runCell(ctx, t, s.groups(), c, 300*time.Millisecond, payload)

@@ -231,14 +231,17 @@ func TestReserveRow(t *testing.T) {
 	res := rec("fencegate", reserveCell, []float64{20, 30, 30}, r3(50), r3(90), r3(0.0006), r3(0.001))
 	res.DBWriteTxnsPerOp = 4.6
 	recs := []Record{rec("direct", smallPUT, r3(80), r3(20), r3(40), r3(0.002), r3(0)), put, res}
-	row, ok := reserveRow(recs)
+	row, ok := reserveRow(recs, reserveCell)
 	if !ok {
 		t.Fatal("no row with both cells")
+	}
+	if rows := reserveRows(recs); len(rows) != 1 {
+		t.Errorf("%d rows for a run with one reservation cell", len(rows))
 	}
 	if row[1] != "0.5 [0.5-0.6]x" || row[4] != "4.60 / 2.10 (+2.50)" {
 		t.Errorf("row %q: want ratio 0.5 [0.5-0.6]x and write txns 4.60 / 2.10 (+2.50)", row)
 	}
-	if _, ok := reserveRow(recs[:2]); ok {
+	if _, ok := reserveRow(recs[:2], reserveCell); ok {
 		t.Error("a row without the reservation cell")
 	}
 	for _, ch := range checks(recs) {

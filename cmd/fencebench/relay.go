@@ -136,7 +136,7 @@ func startRelay(ctx context.Context, store stack.Endpoint) (*relay, stack.Endpoi
 // runs reports whether target t runs cell c: the relay runs only its cells,
 // the reservation cell runs through fencegate only.
 func (t target) runs(c cell) bool {
-	if c.op == opReserve || c.op == opPUTNotify {
+	if isReserve(c) || c.op == opPUTNotify {
 		return t.name == "fencegate" // reservations and notifications are fencegate's
 	}
 	return t.name != relayTarget || slices.Contains(relayCells, c)

@@ -225,6 +225,8 @@ func cellLabel(c cell) string {
 	case opPUTHot4:
 		return fmt.Sprintf("%s (%d keys, client i: key i%%%d)", c, hotKeys, hotKeys)
 	case opReserve:
+		return fmt.Sprintf("reserve + PUT %s c=%d", sizeLabel(c.size), c.conc)
+	case opReserveComplete:
 		return fmt.Sprintf("reserve + PUT %s + complete c=%d", sizeLabel(c.size), c.conc)
 	case opPUTNotify:
 		return fmt.Sprintf("PUT %s c=%d, events to a webhook", sizeLabel(c.size), c.conc)
@@ -276,11 +278,13 @@ func printTables(w io.Writer, recs []Record) {
 		fmt.Fprintf(w, "(the two transactions: %s pairs/s, PostgreSQL CPU %s ms and %s write txns per pair)\n", num(tx.OpsPerS), num(tx.DBCPUSPerOp*1000), num(tx.DBWriteTxnsPerOp))
 	}
 
-	if row, ok := reserveRow(recs); ok {
+	if rows := reserveRows(recs); len(rows) > 0 {
 		fmt.Fprintln(w, "\n"+reserveIntro)
 		tw = tabwriter.NewWriter(w, 2, 4, 2, ' ', 0)
 		fmt.Fprintln(tw, strings.Join(reserveHeader, "\t"))
-		fmt.Fprintln(tw, strings.Join(row, "\t"))
+		for _, row := range rows {
+			fmt.Fprintln(tw, strings.Join(row, "\t"))
+		}
 		tw.Flush()
 	}
 
@@ -339,7 +343,7 @@ func checks(recs []Record) []check {
 	for _, c := range all {
 		if c.op == opGET {
 			gets = append(gets, c)
-		} else if c.op != opReserve && c.op != opPUTNotify { // fencegate only: reported (reserve.go) or judged by notifyCheck
+		} else if !isReserve(c) && c.op != opPUTNotify { // fencegate only: reported (reserve.go) or judged by notifyCheck
 			puts = append(puts, c)
 		}
 	}
