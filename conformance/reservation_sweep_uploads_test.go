@@ -168,3 +168,38 @@ func TestReservationSweepAbortsUploads(t *testing.T) {
 		t.Errorf("fencegate_reservation_sweep_actions_total{action=\"upload_aborted\"} = %v, want 3", n)
 	}
 }
+
+// TestReservationSweepComesBackSoonAfterABusyKey: the sweep of an ended
+// reservation whose key another writer holds gives the claim back after the
+// back-off (RetryAfter, doubling), not after the whole claim (ClaimFor, 2x
+// the lease TTL: 20 s here): once the holder lets go, the reservation is
+// swept within seconds. Seen in chaos seed 1796294084404179075, whose last
+// reservation waited 1m31s for its sweep after a busy key.
+func TestReservationSweepComesBackSoonAfterABusyKey(t *testing.T) {
+	k := newMultipartKitWith(t, gatewayOptions{Reconcile: 200 * time.Millisecond,
+		Lifecycle: &lease.LifecycleConfig{Kinds: []string{lease.KindReservations}, RetryAfter: 200 * time.Millisecond}})
+	ctx := context.Background()
+	r := k.create(t, reservations.CreateRequest{Key: "busy", MaxSize: ptr[int64](6 << 20)})
+	id, status, code := createUpload(t, r.MultipartCreateURL)
+	if status != 200 || id == "" {
+		t.Fatalf("create: %d %s", status, code)
+	}
+	release := k.holdKey(t, r.Key)
+	if _, err := k.api.Cancel(ctx, r.ID); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the sweeper to find the key busy", 20*time.Second, func() bool { return sweepStateOf(t, k.reservationKit, r.ID).tries >= 1 })
+	time.Sleep(time.Second) // a try or two more on the busy key
+	if s := sweepStateOf(t, k.reservationKit, r.ID); s.swept {
+		t.Fatal("swept while another writer held its key")
+	}
+	release()
+	released := time.Now()
+	waitFor(t, "the reservation swept once the key is free", 15*time.Second, func() bool { return sweepStateOf(t, k.reservationKit, r.ID).swept })
+	if d := time.Since(released); d > 5*time.Second {
+		t.Fatalf("swept %s after the key was freed; want the back-off's seconds, not the claim's 20 s", d.Round(time.Millisecond))
+	}
+	if s := uploadAttemptState(t, k.reservationKit, r.ID); s != "aborted" {
+		t.Fatalf("the upload's attempt is %q, want aborted", s)
+	}
+}

@@ -129,7 +129,10 @@ func (s *Service) sweepReservation(ctx context.Context, sw ReservationSweeper, e
 	s.at(StepSweepClaimed, e)
 	l, err := s.m.Acquire(ctx, Request{Bucket: e.Bucket, Key: e.Key, Op: "delete", NoWait: true, DeclaredSize: -1})
 	if errors.Is(err, ErrBusy) {
-		return outcomeSkipped // a writer holds the key; the claim runs out and it is tried again
+		// A writer holds the key: the claim is given back after the
+		// back-off, not held for the whole of ClaimFor (a minute's wait for
+		// one sweep in a chaos run; TestReservationSweepComesBackSoonAfterABusyKey).
+		return s.retryReservation(ctx, sw, e, err)
 	}
 	if err != nil {
 		return outcomeFailed
