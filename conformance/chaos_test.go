@@ -55,11 +55,28 @@ func TestChaosCatchesBrokenFence(t *testing.T) {
 	cfg.LatePutsOnly = true
 	cfg.Replay = "go build -tags failpoint,fencegate_brokenfence; FENCEGATE_CHAOS_SEED=%d FENCEGATE_CHAOS_DURATION=%s go test -run TestChaosCatchesBrokenFence ./conformance"
 	cfg.FaultEvery = 2 * time.Second
-	rep := runChaos(t, cfg)
-	if !rep.NotLinearizable {
-		t.Fatalf("a gateway without its fence passed the linearizability check:\n%s", rep.Summary())
+	// A campaign proves the broken fence only if one of its late PUTs lands
+	// over a newer write that a read then sees: most campaigns do (usually
+	// on one or two keys of 12), some of 90 s do not (CI, seed
+	// 1796294785530475689: 6 late faults, nothing provable). So a second
+	// campaign with a fresh seed runs when the first proves nothing, unless
+	// a seed is being replayed; both must be missed to fail.
+	campaigns := 2
+	if os.Getenv("FENCEGATE_CHAOS_SEED") != "" {
+		campaigns = 1
 	}
-	t.Logf("the broken build failed the campaign, as it must:\n%s", rep.Summary())
+	for i := 1; ; i++ {
+		rep := runChaos(t, cfg)
+		if rep.NotLinearizable {
+			t.Logf("the broken build failed campaign %d, as it must:\n%s", i, rep.Summary())
+			return
+		}
+		if i == campaigns {
+			t.Fatalf("a gateway without its fence passed the linearizability check in %d campaigns; the last:\n%s", i, rep.Summary())
+		}
+		t.Logf("campaign %d (seed %d) proved nothing late; another with a fresh seed", i, cfg.Seed)
+		cfg.Seed = uint64(time.Now().UnixNano())
+	}
 }
 
 func chaosConfig(t *testing.T, duration time.Duration) chaos.Config {
