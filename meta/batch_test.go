@@ -12,13 +12,14 @@ import (
 	"github.com/fencegate/fencegate/lease"
 )
 
-// holdBatches makes c's batch sender stop before each send until the test
-// lets it go; sends reports each batch's size as it stops.
-func holdBatches(c *Catalog) (sends chan int, release func()) {
+// holdBatches makes w's batch sender (a catalog's, or Reservations'
+// creates') stop before each send until the test lets it go; sends reports
+// each batch's size as it stops.
+func holdBatches(w *writeBatcher) (sends chan int, release func()) {
 	sends = make(chan int, 16)
 	gate := make(chan struct{})
-	c.writes.stuckAfter = time.Minute // held batches are not stuck ones here
-	c.writes.beforeSend = func(n int) {
+	w.stuckAfter = time.Minute // held batches are not stuck ones here
+	w.beforeSend = func(n int) {
 		sends <- n
 		<-gate
 	}
@@ -26,18 +27,18 @@ func holdBatches(c *Catalog) (sends chan int, release func()) {
 	return sends, func() { once.Do(func() { close(gate) }) }
 }
 
-// queuedCalls is how many calls wait for c's next batch.
-func queuedCalls(c *Catalog) int {
-	c.writes.mu.Lock()
-	defer c.writes.mu.Unlock()
-	return len(c.writes.queued)
+// queuedCalls is how many calls wait for w's next batch.
+func queuedCalls(w *writeBatcher) int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return len(w.queued)
 }
 
-func waitQueued(t *testing.T, c *Catalog, n int) {
+func waitQueued(t *testing.T, w *writeBatcher, n int) {
 	t.Helper()
-	for deadline := time.Now().Add(10 * time.Second); queuedCalls(c) < n; time.Sleep(time.Millisecond) {
+	for deadline := time.Now().Add(10 * time.Second); queuedCalls(w) < n; time.Sleep(time.Millisecond) {
 		if time.Now().After(deadline) {
-			t.Fatalf("%d calls queued, want %d", queuedCalls(c), n)
+			t.Fatalf("%d calls queued, want %d", queuedCalls(w), n)
 		}
 	}
 }
@@ -58,7 +59,7 @@ func writeTxns(t *testing.T, c *Catalog) int64 {
 func TestCallsInFlightMeanwhileShareOneTransaction(t *testing.T) {
 	c := &Catalog{Pool: migratedPool(t)}
 	b := testenv.RandomHex(6)
-	sends, release := holdBatches(c)
+	sends, release := holdBatches(&c.writes)
 	defer release()
 	tx0 := writeTxns(t, c)
 	var wg sync.WaitGroup
@@ -75,7 +76,7 @@ func TestCallsInFlightMeanwhileShareOneTransaction(t *testing.T) {
 			}
 		}
 	}
-	waitQueued(t, c, 3)
+	waitQueued(t, &c.writes, 3)
 	release()
 	if n := <-sends; n != 3 {
 		t.Fatalf("the second batch has %d calls, want the 3 that came meanwhile", n)
@@ -105,7 +106,7 @@ func TestRefusedCallFailsAlone(t *testing.T) {
 	if !ok {
 		t.Fatal("no lease on a free key")
 	}
-	sends, release := holdBatches(c)
+	sends, release := holdBatches(&c.writes)
 	defer release()
 	blocker := make(chan error, 1)
 	go func() { // holds the sender while the two others queue
@@ -134,7 +135,7 @@ func TestRefusedCallFailsAlone(t *testing.T) {
 			errs <- err
 		}()
 	}
-	waitQueued(t, c, 2)
+	waitQueued(t, &c.writes, 2)
 	release()
 	for range 2 {
 		if err := <-errs; err != nil {
@@ -179,7 +180,7 @@ func TestBatchesOfTwoGatewaysDoNotDeadlock(t *testing.T) {
 	var wg sync.WaitGroup
 	var releases []func()
 	for g, c := range gws {
-		sends, release := holdBatches(c)
+		sends, release := holdBatches(&c.writes)
 		releases = append(releases, release)
 		defer release()
 		// A first call holds the sender while the keys queue in this
@@ -194,7 +195,7 @@ func TestBatchesOfTwoGatewaysDoNotDeadlock(t *testing.T) {
 		for i, k := range keys {
 			wg.Add(1)
 			go func() { defer wg.Done(); acquire(t, c, b, k, fmt.Sprint("gw", g), false) }()
-			waitQueued(t, c, i+1)
+			waitQueued(t, &c.writes, i+1)
 		}
 		go func() {
 			for range sends {
@@ -238,7 +239,7 @@ func TestBatchesOfTwoGatewaysDoNotDeadlock(t *testing.T) {
 func TestCallGoesBesideAStuckBatch(t *testing.T) {
 	c := &Catalog{Pool: migratedPool(t)}
 	b := testenv.RandomHex(6)
-	sends, release := holdBatches(c)
+	sends, release := holdBatches(&c.writes)
 	defer release()
 	c.writes.stuckAfter = 50 * time.Millisecond
 	first := make(chan bool, 1)

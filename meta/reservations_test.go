@@ -283,12 +283,7 @@ func TestCreatesInFlightMeanwhileShareOneTransaction(t *testing.T) {
 	if err := s.SetQuota(ctx, account, 600, nil); err != nil {
 		t.Fatal(err)
 	}
-	sends, gate := make(chan int, 16), make(chan struct{})
-	s.creates.stuckAfter = time.Minute // held batches are not stuck ones here
-	s.creates.beforeSend = func(n int) {
-		sends <- n
-		<-gate
-	}
+	sends, release := holdBatches(&s.creates)
 	create := func(key, idem string, size int64) (Reservation, error) {
 		if idem != "" {
 			idem += "-" + account // idempotency keys are the access key's, across runs
@@ -321,18 +316,8 @@ func TestCreatesInFlightMeanwhileShareOneTransaction(t *testing.T) {
 		wg.Add(1)
 		go func() { defer wg.Done(); r, err := create(c.key, c.idem, c.size); results[i] = result{r, err} }()
 	}
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(time.Millisecond) {
-		s.creates.mu.Lock()
-		n := len(s.creates.queued)
-		s.creates.mu.Unlock()
-		if n == 5 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%d creates queued, want 5", n)
-		}
-	}
-	close(gate)
+	waitQueued(t, &s.creates, 5)
+	release()
 	wg.Wait()
 	if r := <-first; r.err != nil {
 		t.Fatal(r.err)
