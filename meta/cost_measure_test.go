@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"sort"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -35,7 +36,15 @@ func TestMeasureCommitCost(t *testing.T) {
 	if err := os.Chmod(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	pg, err := stack.StartPostgres(ctx, dir+"/pg", 0, true)
+	// FENCEGATE_MEASURE_STATEMENTS=1: every statement the writes run,
+	// nested ones included (the protocol functions' and triggers'), with its
+	// calls and time per write, from pg_stat_statements.
+	statements := os.Getenv("FENCEGATE_MEASURE_STATEMENTS") != ""
+	var settings []string
+	if statements {
+		settings = []string{"shared_preload_libraries=pg_stat_statements", "pg_stat_statements.track=all"}
+	}
+	pg, err := stack.StartPostgres(ctx, dir+"/pg", 0, true, settings...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -84,6 +93,11 @@ func TestMeasureCommitCost(t *testing.T) {
 		}
 		pool.Reset()
 	}
+	if statements {
+		if _, err := pool.Exec(ctx, `CREATE EXTENSION pg_stat_statements`); err != nil {
+			t.Fatal(err)
+		}
+	}
 	sid, err := c.OpenSession(ctx, "measure", time.Minute)
 	if err != nil {
 		t.Fatal(err)
@@ -101,6 +115,11 @@ func TestMeasureCommitCost(t *testing.T) {
 		calls0, batches0, _ := c.BatchStats()
 		var n atomic.Int64
 		rows0, wal0 := rowVersions(t, pool)
+		if statements {
+			if _, err := pool.Exec(ctx, `SELECT pg_stat_statements_reset()`); err != nil {
+				t.Fatal(err)
+			}
+		}
 		cpu0, tx0, self0 := groupCPU(pg.Pid()), writeTxns(t, c), selfCPU()
 		stop := time.Now().Add(dur)
 		var wg sync.WaitGroup
@@ -128,6 +147,9 @@ func TestMeasureCommitCost(t *testing.T) {
 		wg.Wait()
 		time.Sleep(200 * time.Millisecond) // the outbox wake-ups
 		ops := float64(n.Load())
+		if statements && !run.single && workers > 1 {
+			logStatements(t, pool, ops)
+		}
 		cpu := groupCPU(pg.Pid()) - cpu0
 		self := selfCPU() - self0
 		calls, batches, _ := c.BatchStats()
@@ -138,32 +160,65 @@ func TestMeasureCommitCost(t *testing.T) {
 		t.Logf("%2d writers, %s: %.0f writes/s, PostgreSQL CPU %.3f ms/write, write transactions %.2f/write, this process (the gateway's side of the calls) %.3f ms/write",
 			workers, mode, ops/dur.Seconds(), 1000*cpu/ops, float64(writeTxns(t, c)-tx0)/ops, 1000*self/ops)
 		rows1, wal1 := rowVersions(t, pool)
-		var per []string
+		var per, probes []string
 		for _, tb := range []string{"leases", "attempts", "generations", "catalog", "outbox"} {
 			d := [3]int64{rows1[tb][0] - rows0[tb][0], rows1[tb][1] - rows0[tb][1], rows1[tb][2] - rows0[tb][2]}
 			per = append(per, fmt.Sprintf("%s ins %.2f upd %.2f (HOT %.2f)", tb, float64(d[0])/ops, float64(d[1])/ops, float64(d[2])/ops))
 		}
+		// Index scans per write, every table the write path reads (its
+		// statements and their triggers'): a count, steady where CPU time
+		// swings with the machine.
+		var scans int64
+		for tb := range rows1 {
+			if d := rows1[tb][3] - rows0[tb][3]; d > 0 {
+				scans += d
+				probes = append(probes, fmt.Sprintf("%s %.2f", tb, float64(d)/ops))
+			}
+		}
+		sort.Strings(probes)
 		t.Logf("   per write: WAL %.0f bytes; %s", float64(wal1-wal0)/ops, strings.Join(per, "; "))
+		t.Logf("   per write: %.2f index scans (%s)", float64(scans)/ops, strings.Join(probes, ", "))
+	}
+}
+
+// logStatements logs the statements run since pg_stat_statements_reset,
+// most called first, per write.
+func logStatements(t *testing.T, pool *pgxpool.Pool, ops float64) {
+	t.Helper()
+	ctx := context.Background()
+	rows, err := pool.Query(ctx, `SELECT calls, total_exec_time, regexp_replace(left(query, 110), '\s+', ' ', 'g')
+		FROM pg_stat_statements WHERE calls >= $1 ORDER BY calls DESC, total_exec_time DESC`, int64(ops/2))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for rows.Next() {
+		var calls int64
+		var total float64
+		var q string
+		if err := rows.Scan(&calls, &total, &q); err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("     %5.2f calls %6.1f us per write: %s", float64(calls)/ops, 1000*total/ops, q)
 	}
 }
 
 // rowVersions is, per table, the rows inserted, updated and updated HOT
 // (pg_stat_user_tables), and the WAL position in bytes. The pool's
 // connections are closed first: a backend reports its counts as it exits.
-func rowVersions(t *testing.T, pool *pgxpool.Pool) (map[string][3]int64, int64) {
+func rowVersions(t *testing.T, pool *pgxpool.Pool) (map[string][4]int64, int64) {
 	t.Helper()
 	ctx := context.Background()
 	pool.Reset()
 	time.Sleep(500 * time.Millisecond)
-	rows, err := pool.Query(ctx, `SELECT relname::text, n_tup_ins, n_tup_upd, n_tup_hot_upd FROM pg_stat_user_tables`)
+	rows, err := pool.Query(ctx, `SELECT relname::text, n_tup_ins, n_tup_upd, n_tup_hot_upd, coalesce(idx_scan, 0) FROM pg_stat_user_tables`)
 	if err != nil {
 		t.Fatal(err)
 	}
-	m := map[string][3]int64{}
+	m := map[string][4]int64{}
 	for rows.Next() {
 		var name string
-		var v [3]int64
-		if err := rows.Scan(&name, &v[0], &v[1], &v[2]); err != nil {
+		var v [4]int64
+		if err := rows.Scan(&name, &v[0], &v[1], &v[2], &v[3]); err != nil {
 			t.Fatal(err)
 		}
 		m[name] = v

@@ -62,7 +62,7 @@ func scanUnbound(rows pgx.Rows, err error) ([]lease.UploadWithoutID, error) {
 // unboundWhere selects the multipart attempts without an upload id whose
 // Create may have made one (alias a). The state test is an OR, not an IN
 // list, so that the planner can answer it from two partial indexes
-// (attempts_reconcile for unknown, attempts_open_uploads for open) instead
+// (attempts_unresolved for unknown, attempts_open_uploads for open) instead
 // of scanning every attempt.
 const unboundWhere = `a.op = 'multipart' AND a.upload_id IS NULL AND (a.state = 'unknown' OR a.state = 'open')`
 
