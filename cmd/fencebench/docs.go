@@ -83,9 +83,9 @@ func markdown(m machine, recs []Record) string {
 	}
 	p("To see where fencegate's CPU goes, `go run ./cmd/fencebench -perf DIR` records `perf` profiles of the fencegate process under a few of these cells.\n\n")
 
-	p("## Targets (docs/DESIGN.md and issue 15)\n\n")
-	p("docs/DESIGN.md's performance targets, and issue 15's (bench cells for what users hit), all judged on this run: a ratio or per-operation figure is taken round by round and judged on its median over the rounds ([min-max] beside it). ")
-	p("The hot key's throughput is compared with one write per fencegate PUT 64 KiB c=1 p50, since one key's writers queue behind its lease.\n\n")
+	p("## Targets (docs/DESIGN.md, issue 15 and issue 35)\n\n")
+	p("docs/DESIGN.md's performance targets, issue 15's (bench cells for what users hit) and issue 35's (the same cells set against the store, the bare TCP relay, the two-transaction floor and one writer at a time per key), all judged on this run: a ratio or per-operation figure is taken round by round and judged on its median over the rounds ([min-max] beside it). ")
+	p("One key's writers queue behind its lease, so issue 15 compares the hot key's throughput with one write per fencegate PUT 64 KiB c=1 p50, and issue 35 with one write per the store's own PUT 64 KiB c=1 p50 (four on the 4-key cell).\n\n")
 	p("| from | target | worst cell | measured (median [min-max]) | |\n|---|---|---|---|---|\n")
 	for _, c := range checks(recs) {
 		p("| %s | %s | %s | %s | %s |\n", c.source, c.name, c.worst, c.measured, heldWord(c))

@@ -298,7 +298,7 @@ func printTables(w io.Writer, recs []Record) {
 	}
 	tw.Flush()
 
-	fmt.Fprintln(w, "\nPerformance targets: docs/DESIGN.md's and issue 15's (judged on the median over rounds; [min-max])")
+	fmt.Fprintln(w, "\nPerformance targets: docs/DESIGN.md's, issue 15's and issue 35's (judged on the median over rounds; [min-max])")
 	tw = tabwriter.NewWriter(w, 2, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "from\ttarget\tworst cell\tmeasured\theld")
 	for _, ch := range checks(recs) {
@@ -338,46 +338,28 @@ type check struct {
 }
 
 func checks(recs []Record) []check {
-	var all, gets, puts []cell
-	all = cells(recs)
+	var gets []cell
+	all := cells(recs)
 	for _, c := range all {
 		if c.op == opGET {
 			gets = append(gets, c)
-		} else if !isReserve(c) && c.op != opPUTNotify { // fencegate only: reported (reserve.go) or judged by notifyCheck
-			puts = append(puts, c)
 		}
-	}
-	large := func(op string) []cell {
-		var out []cell
-		for _, c := range all {
-			if c.size >= 16<<20 && (c.op == op || op == opPUT && c.op == opMultipart) {
-				out = append(out, c)
-			}
-		}
-		return out
 	}
 	small := func(op string) []cell { return []cell{{op, 64 << 10, 32}} }
 	out := []check{
-		ratioCheck(recs, "large GET (>=16 MiB) >= 0.9x direct", "direct", 0.9, large(opGET)),
-		ratioCheck(recs, "large PUT (>=16 MiB, incl. multipart) >= 0.9x direct", "direct", 0.9, large(opPUT)),
+		ratioCheck(recs, "large GET (>=16 MiB) >= 0.9x direct", "direct", 0.9, largeCells(all, opGET)),
+		ratioCheck(recs, "large PUT (>=16 MiB, incl. multipart) >= 0.9x direct", "direct", 0.9, largeCells(all, opPUT)),
 		ratioCheck(recs, "small GET (64 KiB, 32 clients) >= 0.85x direct", "direct", 0.85, small(opGET)),
 		ratioCheck(recs, "small PUT (64 KiB, 32 clients) >= 0.75x direct", "direct", 0.75, small(opPUT)),
 		ratioCheck(recs, "GET >= 1.5x versitygw (every GET cell)", "versitygw", 1.5, gets),
-		ratioCheck(recs, "PUT >= 1.0x versitygw (every PUT cell)", "versitygw", 1.0, puts),
-	}
-	rss := check{source: srcDesign, name: "RSS growth < 64 MiB over idle while streaming"}
-	for _, r := range recs {
-		if isStream(r) && (!rss.known || *r.RSSGrowthMiB > 0) {
-			rss.known = true
-			rss.worst = fmt.Sprintf("%s PUT then GET", sizeLabel(r.SizeBytes))
-			rss.measured = fmt.Sprintf("+%s MiB (idle %s, peak %s)", num(*r.RSSGrowthMiB), num(*r.RSSIdleMiB), num(*r.RSSPeakMiB))
-			rss.held = *r.RSSGrowthMiB < 64
-		}
+		ratioCheck(recs, "PUT >= 1.0x versitygw (every PUT cell)", "versitygw", 1.0, putCells(all)),
+		rssCheck(recs, "RSS growth < 64 MiB over idle while streaming"),
 	}
 	for i := range out {
 		out[i].source = srcDesign
 	}
-	return append(append(append(out, rss), issue15Checks(recs)...), notifyCheck(recs))
+	out = append(out, issue15Checks(recs)...)
+	return append(append(out, issue35Checks(recs)...), notifyCheck(recs))
 }
 
 func ratioCheck(recs []Record, name, den string, min float64, cs []cell) check {
