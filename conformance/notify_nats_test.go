@@ -106,7 +106,7 @@ func TestNotifyNATSKilledAndRestarted(t *testing.T) {
 	createBucket(t, g.Endpoint, bucket)
 	tg := addTarget(t, "nats", "js-"+randomSuffix(), "--url", ns.url(), "--subject", subject)
 	configureBucket(t, g.Endpoint, bucket, tg.ARN)
-	mixedWorkload(t, g.Endpoint, bucket, 4, 8, 4*time.Second, func() {
+	mixedWorkload(t, g.Endpoint, bucket, 4, 8, 4*time.Second, 0, func() {
 		time.Sleep(1500 * time.Millisecond)
 		ns.kill()
 		time.Sleep(time.Second)

@@ -191,8 +191,11 @@ func committedEvents(t *testing.T, bucket string) map[string]committedEvent {
 }
 
 // mixedWorkload runs writers PUTting and deleting keys of bucket through ep
-// for d; it returns how many requests succeeded.
-func mixedWorkload(t *testing.T, ep stack.Endpoint, bucket string, writers, keys int, d time.Duration, during func()) int64 {
+// for d, each at most one request per pace (0: back to back); it returns how
+// many requests succeeded. A test whose receiver is slow on purpose paces its
+// writers: back to back, the events a faster machine commits in d could take
+// longer to deliver than the test waits (a round waits for its slowest send).
+func mixedWorkload(t *testing.T, ep stack.Endpoint, bucket string, writers, keys int, d, pace time.Duration, during func()) int64 {
 	t.Helper()
 	var ok atomic.Int64
 	deadline := time.Now().Add(d)
@@ -203,6 +206,7 @@ func mixedWorkload(t *testing.T, ep stack.Endpoint, bucket string, writers, keys
 		go func() {
 			defer wg.Done()
 			for i := 0; time.Now().Before(deadline); i++ {
+				next := time.Now().Add(pace)
 				key := fmt.Sprintf("k %d/obj-%d", (w+i)%keys, (w+i)%keys)
 				ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 				var err error
@@ -215,6 +219,7 @@ func mixedWorkload(t *testing.T, ep stack.Endpoint, bucket string, writers, keys
 				if err == nil {
 					ok.Add(1)
 				}
+				time.Sleep(time.Until(next))
 			}
 		}()
 	}
@@ -330,7 +335,7 @@ func TestNotifyWebhookFlakyReceiver(t *testing.T) {
 	}
 	configureBucket(t, g.Endpoint, bucket, tg.ARN)
 
-	n := mixedWorkload(t, g.Endpoint, bucket, 6, 8, 4*time.Second, func() {
+	n := mixedWorkload(t, g.Endpoint, bucket, 6, 8, 4*time.Second, 50*time.Millisecond, func() {
 		time.Sleep(time.Second)
 		rcv.restart(500 * time.Millisecond)
 		time.Sleep(time.Second)
@@ -368,7 +373,7 @@ func TestNotifyGatewayKilledMidDelivery(t *testing.T) {
 	rcv.answer = func(int64) (int, time.Duration) { time.Sleep(20 * time.Millisecond); return 200, 0 }
 	tg := addTarget(t, "webhook", "kill-"+randomSuffix(), "--url", "http://"+rcv.addr+"/")
 	configureBucket(t, gA.Endpoint, bucket, tg.ARN)
-	mixedWorkload(t, gA.Endpoint, bucket, 4, 40, 2*time.Second, nil)
+	mixedWorkload(t, gA.Endpoint, bucket, 4, 40, 2*time.Second, 0, nil)
 
 	// Whoever holds the claim is killed as soon as it has delivered some.
 	waitFor(t, "deliveries to start", 20*time.Second, func() bool { return len(rcv.events()) > 10 })
@@ -389,7 +394,7 @@ func TestNotifyGatewayKilledMidDelivery(t *testing.T) {
 	sigkillGateway(t, victim)
 	killedAt := time.Now()
 	// The survivor writes more meanwhile.
-	mixedWorkload(t, survivor.Endpoint, bucket, 2, 40, time.Second, nil)
+	mixedWorkload(t, survivor.Endpoint, bucket, 2, 40, time.Second, 0, nil)
 	waitFor(t, "the survivor to drain the queue", 60*time.Second, func() bool { return queueEmpty(t, tg.Name) })
 	dups := checkDelivered(t, committedEvents(t, bucket), rcv.events(), "")
 	t.Logf("queue drained %v after the kill; %d events received, %d duplicates", time.Since(killedAt).Round(time.Millisecond), len(rcv.events()), dups)
@@ -406,7 +411,7 @@ func TestNotifyLag(t *testing.T) {
 	tg := addTarget(t, "webhook", "lag-"+randomSuffix(), "--url", "http://"+rcv.addr+"/")
 	configureBucket(t, g.Endpoint, bucket, tg.ARN)
 	start := time.Now()
-	n := mixedWorkload(t, g.Endpoint, bucket, 4, 32, 3*time.Second, nil)
+	n := mixedWorkload(t, g.Endpoint, bucket, 4, 32, 3*time.Second, 0, nil)
 	writing := time.Since(start)
 	waitFor(t, "the queue to drain", 30*time.Second, func() bool { return queueEmpty(t, tg.Name) })
 	got := rcv.events()
