@@ -2,7 +2,6 @@ package meta
 
 import (
 	"context"
-	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -76,13 +75,13 @@ func (n *outboxNotifier) send() {
 			return
 		}
 		n.mu.Unlock()
-		slices.Sort(batch)
-		batch = slices.Compact(batch) // a key written again wakes once
 		last = time.Now()
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		// Queueing notifications takes a transaction id, so the commit would
-		// wait for a WAL flush: a wake-up is not worth one (synchronous_commit
-		// off, for this transaction only).
+		// PostgreSQL folds identical notifications of one transaction into
+		// one, so a key written again meanwhile wakes consumers once.
+		// Queueing them takes a transaction id, so the commit would wait for
+		// a WAL flush: a wake-up is not worth one (synchronous_commit off,
+		// for this transaction only).
 		n.sends.Add(1)
 		_, _ = n.pool.Exec(ctx, `SELECT set_config('synchronous_commit', 'off', true), pg_notify($1, p)
 			FROM unnest($2::text[]) AS p`, outboxChannel, batch)
