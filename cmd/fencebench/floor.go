@@ -24,7 +24,9 @@ const (
 // floorCell is the floor record's cell: ops are pairs of transactions.
 var floorCell = cell{opFloor, 0, 1}
 
-func isFloor(r Record) bool { return r.Target == floorTarget }
+// isFloor: r is the floor's, the two transactions or the store's fenced PUT
+// (fencedput.go), not a cell of the targets.
+func isFloor(r Record) bool { return r.Target == floorTarget || r.Target == storeTarget }
 
 // floorSizes are the PUT sizes whose c=1 latency is shown against the floor.
 var floorSizes = []int64{4 << 10, 64 << 10}
@@ -106,6 +108,8 @@ type floorRow struct {
 	txns      *stats // p50 ms of the two transactions
 	txnsP99   float64
 	store     *stats // the direct PUT's p50 ms
+	fenced    *stats // the store's PUT as fencegate sends it, p50 ms: back to back
+	fencedIdl *stats // and after a pause of the two transactions
 	floor     *stats // their sum, round by round
 	fgP50     *stats // fencegate's p50 and p99 ms
 	fgP99     *stats
@@ -127,6 +131,12 @@ func floorRows(recs []Record) []floorRow {
 		}
 		if d != nil {
 			row.store = &stats{d.P50Ms, d.P50MsMin, d.P50MsMax}
+		}
+		if r := findRec(recs, storeTarget, cell{opPUTFenced, size, 1}); r != nil {
+			row.fenced = &stats{r.P50Ms, r.P50MsMin, r.P50MsMax}
+		}
+		if r := findRec(recs, storeTarget, cell{opPUTFencedIdle, size, 1}); r != nil {
+			row.fencedIdl = &stats{r.P50Ms, r.P50MsMin, r.P50MsMax}
 		}
 		if f != nil {
 			row.fgP50, row.fgP99 = &stats{f.P50Ms, f.P50MsMin, f.P50MsMax}, &stats{f.P99Ms, f.P99MsMin, f.P99MsMax}
@@ -171,7 +181,7 @@ func pairRounds(a, b []float64, am, bm float64, op func(a, b float64) float64) s
 
 func findFloor(recs []Record) *Record {
 	for i := range recs {
-		if isFloor(recs[i]) {
+		if recs[i].Target == floorTarget {
 			return &recs[i]
 		}
 	}
@@ -190,8 +200,10 @@ func (r floorRow) cells() []string {
 	if r.txns != nil {
 		txns += fmt.Sprintf(" (p99 %s)", num(r.txnsP99))
 	}
-	return []string{"PUT " + sizeLabel(r.size) + " c=1", txns, str(r.store, ""), str(r.floor, ""), str(r.fgP50, ""), str(r.fgP99, ""), str(r.overFloor, "x")}
+	return []string{"PUT " + sizeLabel(r.size) + " c=1", txns, str(r.store, ""), str(r.floor, ""), str(r.fenced, ""), str(r.fencedIdl, ""),
+		str(r.fgP50, ""), str(r.fgP99, ""), str(r.overFloor, "x")}
 }
 
 // floorHeader names floorRow.cells' columns.
-var floorHeader = []string{"cell", "2 PostgreSQL txns p50 ms", "direct PUT p50 ms", "floor p50 ms (sum)", "fencegate p50 ms", "fencegate p99 ms", "fencegate p50 / floor"}
+var floorHeader = []string{"cell", "2 PostgreSQL txns p50 ms", "direct PUT p50 ms", "floor p50 ms (sum)",
+	"store, fenced PUT p50 ms", "the same after the 2 txns' pause p50 ms", "fencegate p50 ms", "fencegate p99 ms", "fencegate p50 / floor"}

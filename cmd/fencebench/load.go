@@ -62,6 +62,11 @@ func newS3c(t target) *s3c {
 // do sends one request; the response body is read into buf-sized chunks and
 // discarded (or kept, up to 64 KiB, when keep is set: XML answers).
 func (c *s3c) do(ctx context.Context, method, path, query string, body io.Reader, size int64, buf []byte, keep bool) (*http.Response, []byte, int64, error) {
+	return c.doWith(ctx, method, path, query, nil, body, size, buf, keep)
+}
+
+// doWith is do with these request headers besides the signature's.
+func (c *s3c) doWith(ctx context.Context, method, path, query string, hdr map[string]string, body io.Reader, size int64, buf []byte, keep bool) (*http.Response, []byte, int64, error) {
 	u := c.URL + path
 	if query != "" {
 		u += "?" + query
@@ -72,6 +77,9 @@ func (c *s3c) do(ctx context.Context, method, path, query string, body io.Reader
 	}
 	if body != nil {
 		req.ContentLength = size
+	}
+	for k, v := range hdr {
+		req.Header.Set(k, v)
 	}
 	req.Header.Set("X-Amz-Content-Sha256", "UNSIGNED-PAYLOAD")
 	if err := signer.SignHTTP(ctx, c.creds, req, "UNSIGNED-PAYLOAD", "s3", c.Region, time.Now()); err != nil {

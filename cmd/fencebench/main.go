@@ -286,6 +286,7 @@ func run(ctx context.Context, o options) (err error) {
 		_ = runFloor(ctx, s.floorDB, s.groups(), 300*time.Millisecond)
 	}
 
+	direct := s.targets[slices.IndexFunc(s.targets, func(t target) bool { return t.name == "direct" })]
 	samples := map[string][]sample{} // key: target + cell
 	busy0, own0, wall0 := busyCPU(), s.ownCPU(), time.Now()
 	errCount := 0
@@ -303,6 +304,20 @@ func run(ctx context.Context, o options) (err error) {
 			samples[floorTarget] = append(samples[floorTarget], sm)
 			fmt.Fprintf(os.Stderr, "[round %d/%d] two durable PostgreSQL transactions at 1 client: p50 %.2f ms, p99 %.2f ms (%.0f pairs/s)\n",
 				r+1, o.rounds, ms(sm.p50.Seconds()), ms(sm.p99.Seconds()), sm.opsPerS())
+			line := fmt.Sprintf("[round %d/%d] the store's PUT as fencegate fences it, p50:", r+1, o.rounds)
+			for _, c := range fencedCells(cells) {
+				fs := runFencedPUT(ctx, direct, s.groups(), c, sm.p50, o.duration, payload)
+				if ctx.Err() != nil {
+					return ctx.Err()
+				}
+				if fs.errors > 0 {
+					errCount += fs.errors
+					fmt.Fprintf(os.Stderr, "  %s: %d errors, first: %v\n", c, fs.errors, fs.firstErr)
+				}
+				samples[storeTarget+"|"+c.String()] = append(samples[storeTarget+"|"+c.String()], fs)
+				line += fmt.Sprintf("  %s %.2f ms", c, ms(fs.p50.Seconds()))
+			}
+			fmt.Fprintln(os.Stderr, line)
 		}
 		for i, c := range cells {
 			line := fmt.Sprintf("[round %d/%d, %2d/%d] %-22s", r+1, o.rounds, i+1, len(cells), c)
@@ -337,6 +352,13 @@ func run(ctx context.Context, o options) (err error) {
 		fl := aggregate(floorTarget, floorCell, ss)
 		fl.CPUProcess = "PostgreSQL"
 		recs = append(recs, fl)
+	}
+	for _, c := range fencedCells(cells) {
+		if ss := samples[storeTarget+"|"+c.String()]; len(ss) > 0 {
+			st := aggregate(storeTarget, c, ss)
+			st.CPUProcess = "weed (SeaweedFS)"
+			recs = append(recs, st)
+		}
 	}
 	for _, c := range cells {
 		for _, t := range s.targets {

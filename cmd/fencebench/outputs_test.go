@@ -171,9 +171,14 @@ func TestFloorRows(t *testing.T) {
 		{Target: floorTarget, Op: opFloor, Concurrency: 1, OpsTotal: 100, P50Ms: 1, P50MsMin: 0.8, P50MsMax: 1.2, P50MsRounds: []float64{1, 1.2, 0.8}, P99Ms: 4},
 		rec("direct", c4, r3(1), []float64{2, 2, 2.5}, r3(5), r3(0.002), r3(0)),
 		rec("fencegate", c4, r3(0.5), []float64{6, 6.6, 6.6}, r3(15), r3(0.0015), r3(0.001)),
+		rec(storeTarget, cell{opPUTFenced, 4 << 10, 1}, r3(0), []float64{2.4, 2.5, 2.6}, r3(5), r3(0.002), r3(0)),
+		rec(storeTarget, cell{opPUTFencedIdle, 4 << 10, 1}, r3(0), []float64{3, 3.2, 3.1}, r3(5), r3(0.002), r3(0)),
 	}
 	if cs := cells(recs); len(cs) != 1 || cs[0] != c4 {
-		t.Errorf("cells %v: the floor's record is not a cell", cs)
+		t.Errorf("cells %v: the floor's records are not cells", cs)
+	}
+	if r := floorRows(recs)[0]; r.fenced == nil || *r.fenced != (stats{2.5, 2.4, 2.6}) || r.fencedIdl == nil || r.fencedIdl.med != 3.1 {
+		t.Errorf("PUT 4 KiB c=1: the store's fenced PUT %v, after the pause %v; want 2.50 [2.40-2.60] and 3.10", r.fenced, r.fencedIdl)
 	}
 	rows := floorRows(recs)
 	if len(rows) != 2 || rows[0].size != 4<<10 {
@@ -182,10 +187,10 @@ func TestFloorRows(t *testing.T) {
 	if r := rows[0]; r.floor == nil || *r.floor != (stats{3.2, 3, 3.3}) || r.overFloor == nil || r.overFloor.med != 2 {
 		t.Errorf("PUT 4 KiB c=1: floor %v, fencegate over it %v; want 3.2 [3-3.3] and 2x", r.floor, r.overFloor)
 	}
-	if got := strings.Join(rows[1].cells(), " | "); got != "PUT 64 KiB c=1 | 1.00 [0.8-1.20] (p99 4.00) | not measured | not measured | not measured | not measured | not measured" {
+	if got := strings.Join(rows[1].cells(), " | "); got != "PUT 64 KiB c=1 | 1.00 [0.8-1.20] (p99 4.00) | not measured | not measured | not measured | not measured | not measured | not measured | not measured" {
 		t.Errorf("PUT 64 KiB c=1 without records: %s", got)
 	}
-	if got := floorRows(recs[1:])[0].cells(); got[1] != "not measured" || got[3] != "not measured" || got[4] != "6.60 [6.00-6.60]" {
+	if got := floorRows(recs[1:])[0].cells(); got[1] != "not measured" || got[3] != "not measured" || got[4] != "2.50 [2.40-2.60]" || got[6] != "6.60 [6.00-6.60]" {
 		t.Errorf("without the two transactions: %v", got)
 	}
 	if md := markdown(machine{}, recs); !strings.Contains(md, "| PUT 4 KiB c=1 | 1.00 [0.8-1.20] (p99 4.00) | 2.00 [2.00-2.50] | 3.20 [3.00-3.30] |") {
