@@ -48,12 +48,6 @@ func fencedCells(cs []cell) []cell {
 // in elapsed); cpu is the store's.
 func runFencedPUT(ctx context.Context, t target, pg procGroups, c cell, pause, dur time.Duration, payload []byte) sample {
 	var s sample
-	fail := func(err error) {
-		s.errors++
-		if s.firstErr == nil {
-			s.firstErr = err
-		}
-	}
 	cl := newS3c(t)
 	data := payload[:c.size]
 	var sum [4]byte
@@ -71,7 +65,7 @@ func runFencedPUT(ctx context.Context, t target, pg procGroups, c cell, pause, d
 	// The key's first version: every timed PUT is fenced on an ETag.
 	etag, err := put()
 	if err != nil {
-		fail(err)
+		s.fail(err)
 		return s
 	}
 	if c.op != opPUTFencedIdle {
@@ -89,7 +83,7 @@ func runFencedPUT(ctx context.Context, t target, pg procGroups, c cell, pause, d
 		t0 := time.Now()
 		next, err := put()
 		if err != nil {
-			fail(err)
+			s.fail(err)
 			continue
 		}
 		lats = append(lats, time.Since(t0))
@@ -100,10 +94,6 @@ func runFencedPUT(ctx context.Context, t target, pg procGroups, c cell, pause, d
 	s.storeCPU = groupCPU(pg.store) - store0
 	s.cpu = s.storeCPU
 	s.client = selfCPU() - client0
-	slices.Sort(lats)
-	if len(lats) > 0 {
-		s.p50 = lats[(len(lats)-1)*50/100]
-		s.p99 = lats[(len(lats)-1)*99/100]
-	}
+	s.setLatencies(lats)
 	return s
 }

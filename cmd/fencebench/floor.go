@@ -79,10 +79,7 @@ func runFloor(ctx context.Context, conn *pgx.Conn, pg procGroups, dur time.Durat
 			_, err = conn.Exec(ctx, `UPDATE floor SET n = n + 1 WHERE id = 1`)
 		}
 		if err != nil {
-			s.errors++
-			if s.firstErr == nil {
-				s.firstErr = err
-			}
+			s.fail(err)
 			continue
 		}
 		lats = append(lats, time.Since(t0))
@@ -93,11 +90,7 @@ func runFloor(ctx context.Context, conn *pgx.Conn, pg procGroups, dur time.Durat
 	s.cpu = s.dbCPU
 	s.client = selfCPU() - client0
 	s.dbWrites = pg.xids() - xid0
-	slices.Sort(lats)
-	if len(lats) > 0 {
-		s.p50 = lats[(len(lats)-1)*50/100]
-		s.p99 = lats[(len(lats)-1)*99/100]
-	}
+	s.setLatencies(lats)
 	return s
 }
 

@@ -207,6 +207,23 @@ type sample struct {
 }
 
 func (s sample) opsPerS() float64 { return float64(s.ops) / s.elapsed.Seconds() }
+
+// fail counts a failed operation, keeping the first error.
+func (s *sample) fail(err error) {
+	s.errors++
+	if s.firstErr == nil {
+		s.firstErr = err
+	}
+}
+
+// setLatencies sets p50 and p99 from the operations' latencies (sorting them).
+func (s *sample) setLatencies(lats []time.Duration) {
+	slices.Sort(lats)
+	if len(lats) > 0 {
+		s.p50 = lats[(len(lats)-1)*50/100]
+		s.p99 = lats[(len(lats)-1)*99/100]
+	}
+}
 func (s sample) mibPerS() float64 { return float64(s.bytes) / (1 << 20) / s.elapsed.Seconds() }
 
 // getKeys is how many objects of a size GET reads: one per client, at most 32
@@ -261,10 +278,7 @@ func runCell(ctx context.Context, t target, pg procGroups, c cell, dur time.Dura
 				lat := time.Since(t0)
 				mu.Lock()
 				if err != nil {
-					s.errors++
-					if s.firstErr == nil {
-						s.firstErr = err
-					}
+					s.fail(err)
 				} else {
 					s.ops++
 					s.bytes += c.size
@@ -281,12 +295,7 @@ func runCell(ctx context.Context, t target, pg procGroups, c cell, dur time.Dura
 	s.dbCPU = groupCPU(pg.db) - db0
 	s.client = selfCPU() - client0
 	s.dbWrites = pg.xids() - xid0
-	all := slices.Concat(lats...)
-	slices.Sort(all)
-	if len(all) > 0 {
-		s.p50 = all[(len(all)-1)*50/100]
-		s.p99 = all[(len(all)-1)*99/100]
-	}
+	s.setLatencies(slices.Concat(lats...))
 	if c.op == opPUTNotify {
 		ns := drainNotify(ctx, hookFrom, s.ops, start)
 		s.notify = &ns
