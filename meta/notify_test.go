@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/fencegate/fencegate/internal/testenv"
 )
@@ -27,14 +28,17 @@ func TestOutboxWakeupsPaced(t *testing.T) {
 	if _, err := listener.Exec(ctx, "LISTEN "+outboxChannel); err != nil {
 		t.Fatal(err)
 	}
+	next := func() (*pgconn.Notification, error) {
+		waitCtx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+		return listener.WaitForNotification(waitCtx)
+	}
 	n := &outboxNotifier{pool: pool}
 
 	// A lone commit's wake-up goes at once.
 	start := time.Now()
 	n.notify("b/first")
-	waitCtx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	note, err := listener.WaitForNotification(waitCtx)
-	cancel()
+	note, err := next()
 	if err != nil || note.Payload != "b/first" {
 		t.Fatalf("first wake-up: %v %+v", err, note)
 	}
@@ -56,9 +60,7 @@ func TestOutboxWakeupsPaced(t *testing.T) {
 	elapsed := time.Since(start)
 	got := map[string]bool{}
 	for len(got) < len(want) {
-		waitCtx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		note, err := listener.WaitForNotification(waitCtx)
-		cancel()
+		note, err := next()
 		if err != nil {
 			t.Fatalf("%d of %d payloads received: %v", len(got), len(want), err)
 		}
