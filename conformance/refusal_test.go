@@ -3,6 +3,7 @@ package conformance
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -312,4 +313,85 @@ func startRawPut(t *testing.T, ep stack.Endpoint, bucket, key string, size int64
 		t.Fatal(err)
 	}
 	return conn
+}
+
+// A client that sends its whole body before it reads the answer (urllib3,
+// curl without Expect) still gets the S3 error of a request refused before its
+// body was read: the gateway half-closes and reads what is still coming
+// (gateway/linger.go) instead of closing a socket that holds unread bytes,
+// which the kernel answers with a reset that throws the answer away. The
+// client's send buffer is kept small so its body cannot hide in socket
+// buffers: without the lingering close, its write fails with a reset. Over
+// plain TCP and TLS.
+func TestEarlyRefusalReachesAClientStillSending(t *testing.T) {
+	for _, overTLS := range []bool{false, true} {
+		t.Run(map[bool]string{false: "tcp", true: "tls"}[overTLS], func(t *testing.T) {
+			earlyRefusalsWhileSending(t, overTLS)
+		})
+	}
+}
+
+func earlyRefusalsWhileSending(t *testing.T, overTLS bool) {
+	g := startGateway(t, gatewayOptions{TLS: overTLS})
+	bucket := "t-linger-" + randomSuffix()
+	createBucket(t, g.Endpoint, bucket)
+	u, _ := url.Parse(g.URL)
+	file := strings.Repeat("x", 4<<20)
+
+	// A POST form whose checksum field is garbled: refused from the field,
+	// before the file is read.
+	fields := append([]formField{{"key", "garbled"}, {"x-amz-checksum-sha256", "sailorjerry"}},
+		postPolicy(g.Endpoint, time.Now().Add(time.Hour), map[string]string{"bucket": bucket}, map[string]string{"key": "garbled"})...)
+	form, ctype := formBody(t, fields, "f", []byte(file))
+	formHead := fmt.Sprintf("POST /%s HTTP/1.1\r\nHost: %s\r\nContent-Type: %s\r\nContent-Length: %d\r\n\r\n", bucket, u.Host, ctype, len(form))
+
+	// A PUT signed with the wrong secret, without Expect: refused from its
+	// headers, before the body is read.
+	bad := g.Endpoint
+	bad.SecretKey = "wrong-secret-000000000000000000000000000"
+	req := signedRequest(t, bad, "PUT", "/"+bucket+"/badsig", time.Now())
+	var putHead strings.Builder
+	fmt.Fprintf(&putHead, "PUT /%s/badsig HTTP/1.1\r\nHost: %s\r\nContent-Length: %d\r\n", bucket, u.Host, len(file))
+	for k, vs := range req.Header {
+		putHead.WriteString(k + ": " + vs[0] + "\r\n")
+	}
+	putHead.WriteString("\r\n")
+
+	for _, c := range []struct {
+		name, request string
+		status        int
+		code          string
+	}{
+		{"form with a garbled checksum", formHead + string(form), 400, "BadDigest"},
+		{"PUT with a wrong signature", putHead.String() + file, 403, "SignatureDoesNotMatch"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			raw, err := net.Dial("tcp", u.Host)
+			if err != nil {
+				t.Fatal(err)
+			}
+			_ = raw.(*net.TCPConn).SetWriteBuffer(64 << 10)
+			conn := raw
+			if overTLS {
+				conn = tls.Client(raw, &tls.Config{InsecureSkipVerify: true})
+			}
+			defer conn.Close()
+			_ = conn.SetDeadline(time.Now().Add(20 * time.Second))
+			if _, err := io.WriteString(conn, c.request); err != nil {
+				t.Fatalf("sending the whole request: %v (the gateway reset the connection instead of reading to its end)", err)
+			}
+			resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+			if err != nil {
+				t.Fatalf("reading the answer: %v", err)
+			}
+			if code := s3ErrorCode(t, resp); resp.StatusCode != c.status || code != c.code {
+				t.Fatalf("%d %s, want %d %s", resp.StatusCode, code, c.status, c.code)
+			}
+			if !resp.Close {
+				t.Fatal("connection left open for a body that was never read")
+			}
+		})
+	}
+	assertNothingLanded(t, g, bucket, "garbled")
+	assertNothingLanded(t, g, bucket, "badsig")
 }

@@ -70,7 +70,7 @@ func parseError(ctx *fasthttp.RequestCtx, err error) {
 	case errors.Is(err, io.ErrUnexpectedEOF):
 		e = errIncompleteBody
 	}
-	writeError(ctx, newRequestID(), e)
+	writeError(ctx, newRequestID(), withClose(e)) // fasthttp closes after a request it cannot parse
 }
 
 // asAPIError turns any error into the S3 answer for it. Errors that are not
@@ -96,6 +96,7 @@ func writeError(ctx *fasthttp.RequestCtx, requestID string, e *apiError) {
 	ctx.Response.Header.Set("x-amz-request-id", requestID)
 	if e.closeConn {
 		ctx.SetConnectionClose()
+		lingerOnClose(ctx)
 	}
 	if ctx.IsHead() {
 		// A HEAD answer has no body; S3 clients read the status alone.

@@ -2,7 +2,6 @@ package gateway
 
 import (
 	"context"
-	"io"
 	"net"
 	"sync"
 	"sync/atomic"
@@ -37,9 +36,9 @@ const (
 )
 
 // connLimiter is the S3 listener's gate. It counts a connection from Accept to
-// fasthttp's StateClosed (connState), so no wrapper stands between fasthttp and
-// the *net.TCPConn that splice needs. A connection over a limit gets 503
-// SlowDown and is closed, before fasthttp ever sees it.
+// fasthttp's StateClosed (connState), which comes after a lingering close has
+// drained it (linger.go). A connection over a limit gets 503 SlowDown and is
+// closed, before fasthttp ever sees it.
 type connLimiter struct {
 	net.Listener
 	maxTotal, maxPerIP int // <= 0: no bound
@@ -78,6 +77,9 @@ func (l *connLimiter) Accept() (net.Conn, error) {
 		if reason := l.take(connIP(c)); reason != "" {
 			l.refuse(c, reason)
 			continue
+		}
+		if tc, ok := c.(*net.TCPConn); ok {
+			return &clientConn{TCPConn: tc}, nil
 		}
 		return c, nil
 	}
@@ -132,15 +134,14 @@ func (l *connLimiter) refuse(c net.Conn, reason string) {
 	}
 	go func() {
 		defer func() { <-l.answering }()
-		defer c.Close()
-		_ = c.SetDeadline(time.Now().Add(time.Second))
-		if _, err := c.Write(rawErrorResponse(errSlowDown, newRequestID())); err != nil {
+		_ = c.SetWriteDeadline(time.Now().Add(time.Second))
+		_, err := c.Write(rawErrorResponse(errSlowDown, newRequestID()))
+		tc, ok := c.(*net.TCPConn)
+		if err != nil || !ok {
+			c.Close()
 			return
 		}
-		if tc, ok := c.(*net.TCPConn); ok {
-			_ = tc.CloseWrite()
-		}
-		_, _ = io.CopyN(io.Discard, c, 64<<10)
+		_ = drainAndClose(tc, 64<<10, time.Second)
 	}()
 }
 

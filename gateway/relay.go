@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"html"
 	"io"
-	"net"
 	"net/http"
 	"strconv"
 	"strings"
@@ -109,9 +108,10 @@ func (s *Server) relay(ctx *fasthttp.RequestCtx, r *request, resp *http.Response
 		// A body on the store client's own connection reaches a plain-TCP
 		// client by splice(2), never copied through the gateway's memory:
 		// fasthttp hands the body stream a writer whose ReadFrom ends in
-		// net.TCPConn.ReadFrom. TLS clients get the buffered copy.
+		// net.TCPConn.ReadFrom (clientConn embeds it). TLS clients get the
+		// buffered copy.
 		if b, ok := store.Spliceable(resp); ok {
-			if _, plain := ctx.Conn().(*net.TCPConn); plain {
+			if _, plain := ctx.Conn().(*clientConn); plain {
 				r.out.splice, r.out.spliced = b, s.metrics.splicedBytes
 			}
 		}
