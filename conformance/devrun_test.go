@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -16,6 +17,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 
 	"github.com/fencegate/fencegate/internal/stack"
+	"github.com/fencegate/fencegate/internal/sysmon"
 )
 
 // `make run` is `fencegate dev run`: it must come up with a health endpoint and
@@ -65,6 +67,22 @@ func TestDevRunComesUpAndStopsClean(t *testing.T) {
 	if _, err := store.S3Client().ListBuckets(context.Background(), &s3.ListBucketsInput{}); err != nil {
 		t.Fatalf("ListBuckets at the store with the env file's store key: %v", err)
 	}
+	// The gateway runs with the runtime monitor's setting (internal/sysmon),
+	// re-executed in place (the same pid); PostgreSQL and the store, which it
+	// started after that, run with the environment it was given.
+	if g := initialGODEBUG(cmd.Process.Pid); !strings.Contains(g, sysmon.Setting) {
+		t.Fatalf("dev run started with GODEBUG %q, want it to carry %s", g, sysmon.Setting)
+	}
+	children := processesMentioning(dir)
+	if len(children) == 0 {
+		t.Fatal("no process of the stack mentions its folder")
+	}
+	for _, c := range children {
+		pid, _, _ := strings.Cut(c, ": ")
+		if n, _ := strconv.Atoi(pid); n != cmd.Process.Pid && strings.Contains(initialGODEBUG(n), sysmon.Setting) {
+			t.Fatalf("%s was started with the gateway's runtime setting", c)
+		}
+	}
 	if !strings.Contains(out.String(), "aws --endpoint-url") {
 		t.Fatalf("no ready-to-paste aws command in the output:\n%s", out.String())
 	}
@@ -111,6 +129,17 @@ func waitEnvFile(t *testing.T, path string, exited <-chan error, out *bytes.Buff
 }
 
 // processesMentioning lists live processes whose command line names dir.
+// initialGODEBUG is the GODEBUG a process was started with.
+func initialGODEBUG(pid int) string {
+	b, _ := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/environ")
+	for _, kv := range strings.Split(string(b), "\x00") {
+		if v, ok := strings.CutPrefix(kv, "GODEBUG="); ok {
+			return v
+		}
+	}
+	return ""
+}
+
 func processesMentioning(dir string) []string {
 	var found []string
 	procs, _ := filepath.Glob("/proc/[0-9]*/cmdline")

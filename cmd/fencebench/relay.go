@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/fencegate/fencegate/internal/stack"
+	"github.com/fencegate/fencegate/internal/sysmon"
 )
 
 // The relay is the least any proxy in front of the store can do: it accepts a
@@ -97,7 +98,11 @@ func startRelay(ctx context.Context, store stack.Endpoint) (*relay, stack.Endpoi
 		return nil, stack.Endpoint{}, err
 	}
 	cmd := exec.Command(self)
-	cmd.Env = append(os.Environ(), relayEnv+"="+u.Host)
+	// The relay runs with the runtime setting fencegate serves with
+	// (internal/sysmon), so that it stays the floor for what a Go process
+	// relaying the bytes costs.
+	env, _ := sysmon.Environ(os.Environ())
+	cmd.Env = append(env, relayEnv+"="+u.Host)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	cmd.Stderr = os.Stderr
 	stdin, err := cmd.StdinPipe()

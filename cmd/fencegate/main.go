@@ -12,6 +12,8 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+
+	"github.com/fencegate/fencegate/internal/sysmon"
 )
 
 // command is one subcommand: `fencegate help` lists the summaries, in this
@@ -69,9 +71,12 @@ func main() {
 		printUsage(os.Stderr)
 		os.Exit(2)
 	}
+	name, args := os.Args[1], os.Args[2:]
+	if servesS3(name, args) {
+		sysmon.Exec() // before anything starts: returns only if it has nothing to do
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	name, args := os.Args[1], os.Args[2:]
 	if isHelp(name) {
 		if len(args) == 0 {
 			printUsage(os.Stdout)
@@ -98,6 +103,13 @@ func main() {
 		}
 		os.Exit(1)
 	}
+}
+
+// servesS3 is whether the command runs a gateway in this process (`serve`,
+// `dev run`), whose runtime monitor is kept from polling after every idle
+// spell (internal/sysmon). The other commands are short-lived tools.
+func servesS3(name string, args []string) bool {
+	return name == "serve" || name == "dev" && len(args) > 0 && args[0] == "run"
 }
 
 // exitCode passes a child's exit status through `dev exec`.
