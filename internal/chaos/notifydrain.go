@@ -42,6 +42,7 @@ func (c *Campaign) finishNotifications(ctx context.Context, db *catalog, rep *Re
 		return nil
 	}); err != nil {
 		problems = append(problems, fmt.Sprintf("notifications: the queues did not drain in %s: %v", drainLimit, err))
+		c.logQueueHeads(ctx, db)
 	}
 	c.logf("notification queues drained in %s", time.Since(began).Round(100*time.Millisecond))
 	dead := map[string]int{}
@@ -124,4 +125,32 @@ func (c *catalog) committedEvents(ctx context.Context) ([]committedEvent, error)
 		out = append(out, e)
 	}
 	return out, rows.Err()
+}
+
+// logQueueHeads writes, for a queue that did not drain, the first queued
+// rows of each key still waiting (all of them, due or not, whatever their
+// outbox id), so the report says what held the key: a retry far off, a row
+// ahead of it, the last error.
+func (c *Campaign) logQueueHeads(ctx context.Context, db *catalog) {
+	rows, err := db.pool.Query(ctx, `SELECT target, bucket, key, id, outbox_id, generation, tries,
+			round(extract(epoch FROM next_at - clock_timestamp())::numeric, 3), coalesce(left(last_error, 160), '')
+		FROM (SELECT q.*, row_number() OVER (PARTITION BY target, bucket, key ORDER BY id) AS n FROM notify_queue q) h
+		WHERE n <= 3 ORDER BY target, bucket, key, id LIMIT 60`)
+	if err != nil {
+		c.logf("notifications: reading the queues' heads: %v", err)
+		return
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var target, bucket, key, lastErr string
+		var id, outboxID, gen int64
+		var tries int
+		var dueIn float64
+		if err := rows.Scan(&target, &bucket, &key, &id, &outboxID, &gen, &tries, &dueIn, &lastErr); err != nil {
+			c.logf("notifications: reading the queues' heads: %v", err)
+			return
+		}
+		c.logf("notifications: still queued for %s: %s/%s queue id %d, outbox id %d, generation %d, %d tries, due in %.3f s, last error %q",
+			target, bucket, key, id, outboxID, gen, tries, dueIn, lastErr)
+	}
 }
