@@ -128,7 +128,6 @@ func waitEnvFile(t *testing.T, path string, exited <-chan error, out *bytes.Buff
 	}
 }
 
-// processesMentioning lists live processes whose command line names dir.
 // initialGODEBUG is the GODEBUG a process was started with.
 func initialGODEBUG(pid int) string {
 	b, _ := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/environ")
@@ -140,6 +139,7 @@ func initialGODEBUG(pid int) string {
 	return ""
 }
 
+// processesMentioning lists live processes whose command line names dir.
 func processesMentioning(dir string) []string {
 	var found []string
 	procs, _ := filepath.Glob("/proc/[0-9]*/cmdline")

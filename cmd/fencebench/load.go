@@ -207,6 +207,7 @@ type sample struct {
 }
 
 func (s sample) opsPerS() float64 { return float64(s.ops) / s.elapsed.Seconds() }
+func (s sample) mibPerS() float64 { return float64(s.bytes) / (1 << 20) / s.elapsed.Seconds() }
 
 // fail counts a failed operation, keeping the first error.
 func (s *sample) fail(err error) {
@@ -224,7 +225,6 @@ func (s *sample) setLatencies(lats []time.Duration) {
 		s.p99 = lats[(len(lats)-1)*99/100]
 	}
 }
-func (s sample) mibPerS() float64 { return float64(s.bytes) / (1 << 20) / s.elapsed.Seconds() }
 
 // getKeys is how many objects of a size GET reads: one per client, at most 32
 // (seeded before round 1).
