@@ -72,7 +72,7 @@ func markdown(m machine, recs []Record) string {
 		p("%s\n\n", m.other)
 	}
 	p("Method: one run starts a durable PostgreSQL, SeaweedFS, versitygw v1.8.0's `s3` proxy (`--disable-data-integrity-check`) and `fencegate serve` built from this checkout. ")
-	p("Every cell (operation, size, concurrency) runs against the three targets one after another (the 64 KiB cells at 32 clients also through a fourth, a bare TCP relay: see below), in %d rounds (the target order rotates each round); each run lasts about %.1f s (workers start operations until the time is up, at least one each). ", rounds, secs)
+	p("Every cell (operation, size, concurrency) runs against the three targets one after another (the 64 KiB cells at 32 clients and the 64 MiB GETs also through a fourth, a bare TCP relay: see below), in %d rounds (the target order rotates each round); each run lasts about %.1f s (workers start operations until the time is up, at least one each). ", rounds, secs)
 	p("Every figure is the median over the rounds with [min-max]; ratios pair round i of one target with round i of the other. ")
 	p("The client is one Go process: raw `net/http` requests, SigV4 header auth with `UNSIGNED-PAYLOAD`, one shared transport, pre-generated random payloads, bodies discarded. ")
 	p("GETs read objects seeded straight to the store; PUTs overwrite one key per worker, except the hot-key cells: in PUT1KEY all 32 clients overwrite one key, in PUT4KEYS client i always overwrites key i%%4 of 4 (eight writers queue on each), run right after the 64 KiB cells; multipart is CreateMultipartUpload, 4 sequential 64 MiB UploadParts and CompleteMultipartUpload per operation. ")
@@ -94,7 +94,7 @@ func markdown(m machine, recs []Record) string {
 
 	if rows := hopRows(recs); len(rows) > 0 {
 		p("## What any gateway pays here\n\n")
-		p("Two of the targets above ask for less than this machine lets any gateway reach, which the run measures beside them. ")
+		p("Some of the targets above ask for less than this machine lets any gateway reach, which the run measures beside them. ")
 		p("The `relay` target is the least a proxy can do: fencebench's own child process accepts each client connection, dials the store and copies bytes both ways (Go's `io.Copy`, which splices between the two sockets), reading nothing of HTTP, checking no signature, logging nothing. ")
 		p("Its CPU per operation and its throughput against the store's are a floor under any gateway's on these two shared cores: the extra hop's system calls, wake-ups and context switches. ")
 		p("The hot key's row is the ceiling of one writer at a time (W2) with nothing but the store's own PUT in the chain: 1 / the direct PUT 64 KiB c=1 p50, over the store's own throughput on one key at 32 clients, which takes the writes in parallel. Both round by round, median [min-max].\n\n")

@@ -211,12 +211,20 @@ func TestHopRows(t *testing.T) {
 	recs = append(recs,
 		rec(relayTarget, smallPUT, []float64{45, 40, 50}, r3(35), r3(65), []float64{0.0002, 0.0001, 0.0003}, r3(0)),
 		rec(relayTarget, smallGET, r3(80), r3(11), r3(26), r3(0.00009), r3(0)))
+	// A large GET runs through the relay too: the floor beside its 0.9x
+	// target. Its c=1 cell has no records here, so it has no row.
+	bigGET := cell{opGET, 64 << 20, 4}
+	recs = append(recs,
+		rec("direct", bigGET, r3(400), r3(600), r3(700), r3(0.08), r3(0)),
+		rec("fencegate", bigGET, r3(320), r3(750), r3(900), r3(0.02), r3(0)),
+		rec(relayTarget, bigGET, r3(340), r3(700), r3(800), r3(0.015), r3(0)))
 	rows := hopRows(recs)
 	want := [][]string{
 		{cellLabel(smallPUT), "0.9 [0.8-1.00]x", "0.2 [0.1-0.3]", "0.6 [0.6-0.6]x", "0.3 [0.3-0.3]"},
 		{cellLabel(smallGET), "0.8 [0.8-0.8]x", "0.09 [0.09-0.09]", "0.9 [0.9-0.9]x", "0.08 [0.08-0.08]"},
+		{cellLabel(bigGET), "0.85 [0.85-0.85]x", "15.0 [15.0-15.0]", "0.8 [0.8-0.8]x", "20.0 [20.0-20.0]"},
 	}
-	if len(rows) != 3 || !slices.Equal(rows[0], want[0]) || !slices.Equal(rows[1], want[1]) {
+	if len(rows) != 4 || !slices.Equal(rows[0], want[0]) || !slices.Equal(rows[1], want[1]) || !slices.Equal(rows[2], want[2]) {
 		t.Fatalf("rows %q, want %q then the hot key's", rows, want)
 	}
 	var b strings.Builder
