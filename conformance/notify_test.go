@@ -85,6 +85,9 @@ type flakyReceiver struct {
 	answer func(n int64) (status int, stall time.Duration)
 	n      atomic.Int64
 	mu     sync.Mutex
+	// byKey, when set (under mu), answers the events of the keys it knows
+	// (ok) in answer's stead.
+	byKey  func(key string) (status int, stall time.Duration, ok bool)
 	srv    *http.Server
 	got    []gotEvent
 	badSig int
@@ -107,6 +110,11 @@ func (r *flakyReceiver) serve(ln net.Listener) {
 		ev := parseEvent(r.t, body)
 		status, stall := r.answer(r.n.Add(1))
 		r.mu.Lock()
+		if r.byKey != nil {
+			if st, sl, ok := r.byKey(ev.Key); ok {
+				status, stall = st, sl
+			}
+		}
 		if req.Header.Get(notify.SignatureHeader) != notify.Sign(r.secret, body) {
 			r.badSig++
 		}
@@ -194,7 +202,8 @@ func committedEvents(t *testing.T, bucket string) map[string]committedEvent {
 // for d, each at most one request per pace (0: back to back); it returns how
 // many requests succeeded. A test whose receiver is slow on purpose paces its
 // writers: back to back, the events a faster machine commits in d could take
-// longer to deliver than the test waits (a round waits for its slowest send).
+// longer to deliver than the test waits (a key's events go one at a time, each after
+// the answer to the one before).
 func mixedWorkload(t *testing.T, ep stack.Endpoint, bucket string, writers, keys int, d, pace time.Duration, during func()) int64 {
 	t.Helper()
 	var ok atomic.Int64
