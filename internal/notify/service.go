@@ -6,8 +6,6 @@ import (
 	"math/rand/v2"
 	"sync"
 	"time"
-
-	"golang.org/x/sync/errgroup"
 )
 
 // Queue is the SQL the service needs (meta.Targets implements it).
@@ -197,26 +195,20 @@ func (s *Service) deliverTarget(ctx context.Context, t Target) {
 	}
 }
 
-// round delivers one batch of due events under the claim, renewing it
-// meanwhile; a claim lost cuts the round. It returns how many events it read.
+// round delivers due events under the claim, renewing it meanwhile, until
+// nothing is due or in flight; a claim lost cuts the round. It returns how
+// many events it sent.
+//
+// A key has at most one event in flight: its first queued one (Due), sent
+// once its previous event's acknowledgement is recorded or its retry
+// scheduled, so a crash can only resend the event sent last, never one older
+// than an event already received. Keys go on independently: a key whose
+// receiver stalls holds only itself, not a whole batch (a round used to wait
+// for its slowest send). Acknowledgements are recorded in groups, one
+// statement for all that came in while the previous one ran or within
+// ackLinger, instead of one transaction per event; the queue is read again
+// after each, or every Poll while only slow sends are out.
 func (s *Service) round(ctx context.Context, t Target, snd sender) int {
-	evs, err := s.q.Due(ctx, t.Name, s.cfg.Batch)
-	if err != nil {
-		if ctx.Err() == nil {
-			s.log.Warn("notify: could not read a target's queue", "target", t.Name, "err", err)
-		}
-		return 0
-	}
-	if len(evs) == 0 {
-		return 0
-	}
-	if s.log.Enabled(ctx, slog.LevelDebug) {
-		ids := make([]int64, len(evs))
-		for i, e := range evs {
-			ids[i] = e.QueueID
-		}
-		s.log.Debug("notify: round", "target", t.Name, "queue_ids", ids)
-	}
 	rctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	renewed := make(chan struct{})
@@ -238,48 +230,112 @@ func (s *Service) round(ctx context.Context, t Target, snd sender) int {
 			}
 		}
 	}()
-	// Each event is its key's first queued one (Due); keys in parallel. A
-	// key's later events wait for the next round, after this one's
-	// acknowledgement is recorded: a crash can then only resend the event
-	// sent last, never one older than an event already received.
-	// Acknowledged events leave the queue together when the round ends, one
-	// statement instead of one transaction per event. A crash before that
-	// sends them again, in order (at least once; consumers deduplicate by
-	// event id), and no round reads them again before they are gone.
-	var mu sync.Mutex
-	var acked []int64
-	ack := func(id int64) {
-		mu.Lock()
-		acked = append(acked, id)
-		mu.Unlock()
+	defer func() {
+		cancel()
+		<-renewed
+	}()
+
+	type keyID struct{ bucket, key string }
+	type outcome struct {
+		e     Event
+		acked bool
 	}
-	var g errgroup.Group
-	g.SetLimit(s.cfg.Parallel)
-	for _, e := range evs {
-		g.Go(func() error {
-			if rctx.Err() == nil {
-				s.deliver(rctx, snd, e, ack)
+	var (
+		busy     = map[keyID]bool{} // keys with an event in flight or acknowledged, not yet recorded
+		inflight int
+		sent     int
+		results  = make(chan outcome, s.cfg.Parallel)
+		poll     = time.NewTimer(0)
+		read     = true
+	)
+	defer poll.Stop()
+	for {
+		if read && rctx.Err() == nil && inflight < s.cfg.Parallel {
+			read = false
+			evs, err := s.q.Due(rctx, t.Name, s.cfg.Batch)
+			if err != nil && rctx.Err() == nil {
+				s.log.Warn("notify: could not read a target's queue", "target", t.Name, "err", err)
 			}
-			return nil
-		})
-	}
-	_ = g.Wait()
-	cancel()
-	<-renewed
-	if len(acked) > 0 {
+			var ids []int64
+			for _, e := range evs {
+				k := keyID{e.Bucket, e.Key}
+				if busy[k] || inflight >= s.cfg.Parallel {
+					continue
+				}
+				busy[k] = true
+				inflight++
+				sent++
+				ids = append(ids, e.QueueID)
+				go func() { results <- outcome{e, s.deliver(rctx, snd, e)} }()
+			}
+			if len(ids) > 0 && s.log.Enabled(ctx, slog.LevelDebug) {
+				s.log.Debug("notify: sending", "target", t.Name, "queue_ids", ids)
+			}
+			poll.Reset(s.cfg.Poll)
+		}
+		if inflight == 0 {
+			return sent
+		}
+		// Wait for a send to end, or for the poll to read what was
+		// committed meanwhile while only slow sends are out.
+		var acked []Event
+		take := func(o outcome) {
+			inflight--
+			if o.acked {
+				acked = append(acked, o.e)
+			} else {
+				delete(busy, keyID{o.e.Bucket, o.e.Key})
+			}
+		}
+		select {
+		case o := <-results:
+			take(o)
+			// The acknowledgements that follow within ackLinger join this
+			// group, unless nothing else is out.
+			linger := time.NewTimer(ackLinger)
+		collect:
+			for inflight > 0 {
+				select {
+				case o := <-results:
+					take(o)
+				case <-linger.C:
+					break collect
+				}
+			}
+			linger.Stop()
+		case <-poll.C:
+		}
+		read = true
+		if len(acked) == 0 {
+			continue
+		}
+		ids := make([]int64, len(acked))
+		for i, e := range acked {
+			ids[i] = e.QueueID
+		}
 		dctx, dcancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer dcancel()
-		if err := s.q.Delivered(dctx, acked); err != nil {
-			// Sent but not recorded: sent again (at least once).
-			s.log.Warn("notify: could not record deliveries", "target", t.Name, "events", len(acked), "err", err)
+		err := s.q.Delivered(dctx, ids)
+		dcancel()
+		if err != nil {
+			// Sent but not recorded: sent again (at least once), the key's
+			// last event, in order.
+			s.log.Warn("notify: could not record deliveries", "target", t.Name, "events", len(ids), "err", err)
+			cancel()
+		}
+		for _, e := range acked {
+			delete(busy, keyID{e.Bucket, e.Key})
 		}
 	}
-	return len(evs)
 }
 
-// deliver sends one event and records the outcome: a delivery through ack
-// (recorded with the round's others), a failure as a retry or a dead letter.
-func (s *Service) deliver(ctx context.Context, snd sender, e Event, ack func(queueID int64)) {
+// ackLinger is how long a round waits after an acknowledgement for others to
+// record with it, while other sends are out.
+const ackLinger = 2 * time.Millisecond
+
+// deliver sends one event and records a failure as a retry or a dead letter;
+// it reports whether the target acknowledged the event (the caller records
+// that, with others).
+func (s *Service) deliver(ctx context.Context, snd sender, e Event) bool {
 	sctx, cancel := context.WithTimeout(ctx, s.cfg.Timeout)
 	err := snd.send(sctx, e)
 	cancel()
@@ -288,13 +344,12 @@ func (s *Service) deliver(ctx context.Context, snd sender, e Event, ack func(que
 	}
 	if err == nil {
 		s.Metrics.add(e.Target, "delivered")
-		ack(e.QueueID)
-		return
+		return true
 	}
 	dctx, dcancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer dcancel()
 	if ctx.Err() != nil {
-		return // the round was cut (claim lost, shutdown): not a try
+		return false // the round was cut (claim lost, shutdown): not a try
 	}
 	s.Metrics.add(e.Target, "failed")
 	if e.Tries+1 >= s.cfg.MaxTries || (s.cfg.MaxAge > 0 && time.Since(e.CommittedAt) > s.cfg.MaxAge) {
@@ -303,12 +358,13 @@ func (s *Service) deliver(ctx context.Context, snd sender, e Event, ack func(que
 		if derr := s.q.DeadLetter(dctx, e.QueueID, err.Error()); derr != nil {
 			s.log.Warn("notify: could not dead-letter an event", "target", e.Target, "event", e.ID(), "err", derr)
 		}
-		return
+		return false
 	}
 	s.Metrics.add(e.Target, "retried")
 	if derr := s.q.Retry(dctx, e.QueueID, s.backoff(e.Tries), err.Error()); derr != nil {
 		s.log.Warn("notify: could not schedule a retry", "target", e.Target, "event", e.ID(), "err", derr)
 	}
+	return false
 }
 
 // backoff after the tries-th failed try: RetryBase doubled per try up to
