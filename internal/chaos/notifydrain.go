@@ -30,16 +30,24 @@ func (c *Campaign) finishNotifications(ctx context.Context, db *catalog, rep *Re
 	if err := db.pool.QueryRow(ctx, `SELECT coalesce(max(id), 0) FROM outbox`).Scan(&mustBy); err != nil {
 		return append(problems, "notifications: "+err.Error())
 	}
-	began := time.Now()
+	began, lastSaid := time.Now(), time.Time{}
 	if err := waitUntil(ctx, drainLimit, func() error {
-		var left int
-		if err := db.pool.QueryRow(ctx, `SELECT count(*) FROM notify_queue WHERE outbox_id <= $1`, mustBy).Scan(&left); err != nil {
+		var left, keys, most int
+		if err := db.pool.QueryRow(ctx, `SELECT count(*), count(DISTINCT (target, bucket, key)), coalesce(max(n), 0)
+			FROM (SELECT target, bucket, key, count(*) OVER (PARTITION BY target, bucket, key) AS n FROM notify_queue WHERE outbox_id <= $1) q`,
+			mustBy).Scan(&left, &keys, &most); err != nil {
 			return err
 		}
-		if left > 0 {
-			return fmt.Errorf("%d events still queued", left)
+		if left == 0 {
+			return nil
 		}
-		return nil
+		// How the drain goes, every 10 s: a slow one says whether it is
+		// one key's long queue or all of them.
+		if time.Since(lastSaid) >= 10*time.Second {
+			lastSaid = time.Now()
+			c.logf("notifications: %s after the workload, %d events queued on %d keys, at most %d on one", time.Since(began).Round(time.Second), left, keys, most)
+		}
+		return fmt.Errorf("%d events still queued", left)
 	}); err != nil {
 		problems = append(problems, fmt.Sprintf("notifications: the queues did not drain in %s: %v", drainLimit, err))
 		c.logQueueHeads(ctx, db)
