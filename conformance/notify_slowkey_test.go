@@ -78,6 +78,48 @@ func TestNotifySlowKeyHoldsNoOther(t *testing.T) {
 	checkDelivered(t, committedEvents(t, bucket), rcv.events(), "")
 }
 
+// A failed send is tried again when its back-off ends, not at the next poll
+// after it: a key whose every event fails once (a receiver answering every
+// other request 500) drains at the back-off's pace. (A round used to end once
+// nothing was in flight, so each failure also waited for the target's next
+// poll: with a 2 s poll, 12 events took over 20 s.)
+func TestNotifyRetryAtItsBackoff(t *testing.T) {
+	g := startGatewayProcess(t, testenv.Store(t), "FENCEGATE_NOTIFY_TIMEOUT=300ms", "FENCEGATE_NOTIFY_RETRY=20ms",
+		"FENCEGATE_NOTIFY_RETRY_MAX=40ms", "FENCEGATE_NOTIFY_POLL=2s", "FENCEGATE_NOTIFY_MAX_TRIES=1000", "FENCEGATE_NOTIFY_CLAIM=5s")
+	bucket := "t-notify-retry-" + randomSuffix()
+	createBucket(t, g.Endpoint, bucket)
+	rcv := startFlakyReceiver(t, "", func(n int64) (int, time.Duration) {
+		if n%2 == 1 {
+			return 500, 0
+		}
+		return 200, 0
+	})
+	tg := addTarget(t, "webhook", "retry-"+randomSuffix(), "--url", "http://"+rcv.addr+"/")
+	configureBucket(t, g.Endpoint, bucket, tg.ARN)
+
+	const key, writes = "k", 12
+	for i := range writes {
+		if res := putRaw(g.Endpoint, bucket, key, []byte(fmt.Sprint(i)), nil); res.Status != 200 {
+			t.Fatalf("PUT %s #%d: %d", key, i, res.Status)
+		}
+	}
+	wrote := time.Now()
+	waitFor(t, "the key's events", 60*time.Second, func() bool { return queued(t, tg.Name, key) == 0 })
+	took := time.Since(wrote)
+	t.Logf("%d events, each failing once, delivered %s after the last write (%d requests)", writes, took.Round(time.Millisecond), tries(rcv, key))
+	// Both sides reached: every event was refused once before its
+	// acknowledgement (the receiver alternates, one event in flight).
+	if got := tries(rcv, key); got < 2*writes {
+		t.Fatalf("the receiver got %d requests for %d events: not every event failed once", got, writes)
+	}
+	// At the back-off's 10-40 ms a failure, 12 events take well under a
+	// second; one poll per failure is 24 s.
+	if took > 5*time.Second {
+		t.Errorf("%d events that each failed once took %s: retries wait for the poll, not their back-off", writes, took)
+	}
+	checkDelivered(t, committedEvents(t, bucket), rcv.events(), "")
+}
+
 // tries is how many requests the receiver got for key's events.
 func tries(r *flakyReceiver, key string) int {
 	n := 0
