@@ -207,7 +207,9 @@ func (s *Service) deliverTarget(ctx context.Context, t Target) {
 // for its slowest send). Acknowledgements are recorded in groups, one
 // statement for all that came in while the previous one ran or within
 // ackLinger, instead of one transaction per event; the queue is read again
-// after each, or every Poll while only slow sends are out.
+// after each, every Poll while only slow sends are out, and when a failed
+// send's retry falls due: a round lasts while a retry is due within Poll, so
+// a retry waits for its back-off, not for the target's next poll.
 func (s *Service) round(ctx context.Context, t Target, snd sender) int {
 	rctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -237,8 +239,9 @@ func (s *Service) round(ctx context.Context, t Target, snd sender) int {
 
 	type keyID struct{ bucket, key string }
 	type outcome struct {
-		e     Event
-		acked bool
+		e       Event
+		acked   bool
+		retryAt time.Time // when its retry is due, if one was scheduled
 	}
 	var (
 		busy     = map[keyID]bool{} // keys with an event in flight or acknowledged, not yet recorded
@@ -247,11 +250,28 @@ func (s *Service) round(ctx context.Context, t Target, snd sender) int {
 		results  = make(chan outcome, s.cfg.Parallel)
 		poll     = time.NewTimer(0)
 		read     = true
+		retries  []time.Time // the round's scheduled retries not yet read again
 	)
 	defer poll.Stop()
+	// nextRead is how long until the queue should be read again: Poll, or
+	// sooner when a retry falls due (at once if it fell due during the last
+	// read); retries due before the last read began are forgotten.
+	var lastRead time.Time
+	nextRead := func() time.Duration {
+		d := s.cfg.Poll
+		kept := retries[:0]
+		for _, at := range retries {
+			if at.After(lastRead) {
+				kept = append(kept, at)
+				d = max(0, min(d, time.Until(at)))
+			}
+		}
+		retries = kept
+		return d
+	}
 	for {
 		if read && rctx.Err() == nil && inflight < s.cfg.Parallel {
-			read = false
+			read, lastRead = false, time.Now()
 			evs, err := s.q.Due(rctx, t.Name, s.cfg.Batch)
 			if err != nil && rctx.Err() == nil {
 				s.log.Warn("notify: could not read a target's queue", "target", t.Name, "err", err)
@@ -266,14 +286,24 @@ func (s *Service) round(ctx context.Context, t Target, snd sender) int {
 				inflight++
 				sent++
 				ids = append(ids, e.QueueID)
-				go func() { results <- outcome{e, s.deliver(rctx, snd, e)} }()
+				go func() {
+					acked, retryIn := s.deliver(rctx, snd, e)
+					o := outcome{e: e, acked: acked}
+					if retryIn > 0 {
+						// Due on PostgreSQL's clock at the Retry's
+						// commit plus retryIn: no later than this.
+						o.retryAt = time.Now().Add(retryIn)
+					}
+					results <- o
+				}()
 			}
 			if len(ids) > 0 && s.log.Enabled(ctx, slog.LevelDebug) {
 				s.log.Debug("notify: sending", "target", t.Name, "queue_ids", ids)
 			}
-			poll.Reset(s.cfg.Poll)
+			poll.Reset(nextRead())
 		}
-		if inflight == 0 {
+		if inflight == 0 && (rctx.Err() != nil || len(retries) == 0 || nextRead() >= s.cfg.Poll) {
+			// A retry further off than Poll is the next round's.
 			return sent
 		}
 		// Wait for a send to end, or for the poll to read what was
@@ -286,6 +316,13 @@ func (s *Service) round(ctx context.Context, t Target, snd sender) int {
 			} else {
 				delete(busy, keyID{o.e.Bucket, o.e.Key})
 			}
+			if !o.retryAt.IsZero() {
+				retries = append(retries, o.retryAt)
+			}
+		}
+		var cut <-chan struct{} // only a round waiting for a retry alone
+		if inflight == 0 {
+			cut = rctx.Done()
 		}
 		select {
 		case o := <-results:
@@ -304,6 +341,7 @@ func (s *Service) round(ctx context.Context, t Target, snd sender) int {
 			}
 			linger.Stop()
 		case <-poll.C:
+		case <-cut:
 		}
 		read = true
 		if len(acked) == 0 {
@@ -334,8 +372,8 @@ const ackLinger = 2 * time.Millisecond
 
 // deliver sends one event and records a failure as a retry or a dead letter;
 // it reports whether the target acknowledged the event (the caller records
-// that, with others).
-func (s *Service) deliver(ctx context.Context, snd sender, e Event) bool {
+// that, with others) and, when it scheduled a retry, how far off.
+func (s *Service) deliver(ctx context.Context, snd sender, e Event) (acked bool, retryIn time.Duration) {
 	sctx, cancel := context.WithTimeout(ctx, s.cfg.Timeout)
 	err := snd.send(sctx, e)
 	cancel()
@@ -344,12 +382,12 @@ func (s *Service) deliver(ctx context.Context, snd sender, e Event) bool {
 	}
 	if err == nil {
 		s.Metrics.add(e.Target, "delivered")
-		return true
+		return true, 0
 	}
 	dctx, dcancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer dcancel()
 	if ctx.Err() != nil {
-		return false // the round was cut (claim lost, shutdown): not a try
+		return false, 0 // the round was cut (claim lost, shutdown): not a try
 	}
 	s.Metrics.add(e.Target, "failed")
 	if e.Tries+1 >= s.cfg.MaxTries || (s.cfg.MaxAge > 0 && time.Since(e.CommittedAt) > s.cfg.MaxAge) {
@@ -358,13 +396,15 @@ func (s *Service) deliver(ctx context.Context, snd sender, e Event) bool {
 		if derr := s.q.DeadLetter(dctx, e.QueueID, err.Error()); derr != nil {
 			s.log.Warn("notify: could not dead-letter an event", "target", e.Target, "event", e.ID(), "err", derr)
 		}
-		return false
+		return false, 0
 	}
 	s.Metrics.add(e.Target, "retried")
-	if derr := s.q.Retry(dctx, e.QueueID, s.backoff(e.Tries), err.Error()); derr != nil {
+	after := s.backoff(e.Tries)
+	if derr := s.q.Retry(dctx, e.QueueID, after, err.Error()); derr != nil {
 		s.log.Warn("notify: could not schedule a retry", "target", e.Target, "event", e.ID(), "err", derr)
+		return false, 0
 	}
-	return false
+	return false, after
 }
 
 // backoff after the tries-th failed try: RetryBase doubled per try up to
