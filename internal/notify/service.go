@@ -196,20 +196,8 @@ func (s *Service) deliverTarget(ctx context.Context, t Target) {
 }
 
 // round delivers due events under the claim, renewing it meanwhile, until
-// nothing is due or in flight; a claim lost cuts the round. It returns how
-// many events it sent.
-//
-// A key has at most one event in flight: its first queued one (Due), sent
-// once its previous event's acknowledgement is recorded or its retry
-// scheduled, so a crash can only resend the event sent last, never one older
-// than an event already received. Keys go on independently: a key whose
-// receiver stalls holds only itself, not a whole batch (a round used to wait
-// for its slowest send). Acknowledgements are recorded in groups, one
-// statement for all that came in while the previous one ran or within
-// ackLinger, instead of one transaction per event; the queue is read again
-// after each, every Poll while only slow sends are out, and when a failed
-// send's retry falls due: a round lasts while a retry is due within Poll, so
-// a retry waits for its back-off, not for the target's next poll.
+// nothing is due or in flight (pipeline.go); a claim lost cuts the round. It
+// returns how many events it sent.
 func (s *Service) round(ctx context.Context, t Target, snd sender) int {
 	rctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -236,139 +224,10 @@ func (s *Service) round(ctx context.Context, t Target, snd sender) int {
 		cancel()
 		<-renewed
 	}()
-
-	type keyID struct{ bucket, key string }
-	type outcome struct {
-		e       Event
-		acked   bool
-		retryAt time.Time // when its retry is due, if one was scheduled
-	}
-	var (
-		busy     = map[keyID]bool{} // keys with an event in flight or acknowledged, not yet recorded
-		inflight int
-		sent     int
-		results  = make(chan outcome, s.cfg.Parallel)
-		poll     = time.NewTimer(0)
-		read     = true
-		retries  []time.Time // the round's scheduled retries not yet read again
-	)
-	defer poll.Stop()
-	// nextRead is how long until the queue should be read again: Poll, or
-	// sooner when a retry falls due (at once if it fell due during the last
-	// read); retries due before the last read began are forgotten.
-	var lastRead time.Time
-	nextRead := func() time.Duration {
-		d := s.cfg.Poll
-		kept := retries[:0]
-		for _, at := range retries {
-			if at.After(lastRead) {
-				kept = append(kept, at)
-				d = max(0, min(d, time.Until(at)))
-			}
-		}
-		retries = kept
-		return d
-	}
-	for {
-		if read && rctx.Err() == nil && inflight < s.cfg.Parallel {
-			read, lastRead = false, time.Now()
-			evs, err := s.q.Due(rctx, t.Name, s.cfg.Batch)
-			if err != nil && rctx.Err() == nil {
-				s.log.Warn("notify: could not read a target's queue", "target", t.Name, "err", err)
-			}
-			var ids []int64
-			for _, e := range evs {
-				k := keyID{e.Bucket, e.Key}
-				if busy[k] || inflight >= s.cfg.Parallel {
-					continue
-				}
-				busy[k] = true
-				inflight++
-				sent++
-				ids = append(ids, e.QueueID)
-				go func() {
-					acked, retryIn := s.deliver(rctx, snd, e)
-					o := outcome{e: e, acked: acked}
-					if retryIn > 0 {
-						// Due on PostgreSQL's clock at the Retry's
-						// commit plus retryIn: no later than this.
-						o.retryAt = time.Now().Add(retryIn)
-					}
-					results <- o
-				}()
-			}
-			if len(ids) > 0 && s.log.Enabled(ctx, slog.LevelDebug) {
-				s.log.Debug("notify: sending", "target", t.Name, "queue_ids", ids)
-			}
-			poll.Reset(nextRead())
-		}
-		if inflight == 0 && (rctx.Err() != nil || len(retries) == 0 || nextRead() >= s.cfg.Poll) {
-			// A retry further off than Poll is the next round's.
-			return sent
-		}
-		// Wait for a send to end, or for the poll to read what was
-		// committed meanwhile while only slow sends are out.
-		var acked []Event
-		take := func(o outcome) {
-			inflight--
-			if o.acked {
-				acked = append(acked, o.e)
-			} else {
-				delete(busy, keyID{o.e.Bucket, o.e.Key})
-			}
-			if !o.retryAt.IsZero() {
-				retries = append(retries, o.retryAt)
-			}
-		}
-		var cut <-chan struct{} // only a round waiting for a retry alone
-		if inflight == 0 {
-			cut = rctx.Done()
-		}
-		select {
-		case o := <-results:
-			take(o)
-			// The acknowledgements that follow within ackLinger join this
-			// group, unless nothing else is out.
-			linger := time.NewTimer(ackLinger)
-		collect:
-			for inflight > 0 {
-				select {
-				case o := <-results:
-					take(o)
-				case <-linger.C:
-					break collect
-				}
-			}
-			linger.Stop()
-		case <-poll.C:
-		case <-cut:
-		}
-		read = true
-		if len(acked) == 0 {
-			continue
-		}
-		ids := make([]int64, len(acked))
-		for i, e := range acked {
-			ids[i] = e.QueueID
-		}
-		dctx, dcancel := context.WithTimeout(context.Background(), 5*time.Second)
-		err := s.q.Delivered(dctx, ids)
-		dcancel()
-		if err != nil {
-			// Sent but not recorded: sent again (at least once), the key's
-			// last event, in order.
-			s.log.Warn("notify: could not record deliveries", "target", t.Name, "events", len(ids), "err", err)
-			cancel()
-		}
-		for _, e := range acked {
-			delete(busy, keyID{e.Bucket, e.Key})
-		}
-	}
+	p := &pipeline{s: s, t: t, snd: snd, ctx: rctx, cut: cancel,
+		busy: map[keyID]bool{}, results: make(chan outcome, s.cfg.Parallel)}
+	return p.run()
 }
-
-// ackLinger is how long a round waits after an acknowledgement for others to
-// record with it, while other sends are out.
-const ackLinger = 2 * time.Millisecond
 
 // deliver sends one event and records a failure as a retry or a dead letter;
 // it reports whether the target acknowledged the event (the caller records
