@@ -17,11 +17,11 @@ type Queue interface {
 	ClaimTarget(ctx context.Context, target, holder string, claimFor time.Duration) (bool, error)
 	ReleaseTarget(ctx context.Context, target, holder string) error
 	// Due returns, in queue order, up to limit events of the target that
-	// are each their key's first queued event and due: one per key, as a
-	// round sends them.
+	// are each their key's first queued event and due: one per key, as the
+	// pipeline sends them (pipeline.go).
 	Due(ctx context.Context, target string, limit int) ([]Event, error)
-	// Delivered removes acknowledged events from their queue: a round's
-	// together, in one statement (service.go, round).
+	// Delivered removes acknowledged events from their queue: a group
+	// together, in one statement (pipeline.go, record).
 	Delivered(ctx context.Context, queueIDs []int64) error
 	Retry(ctx context.Context, queueID int64, after time.Duration, errText string) error
 	DeadLetter(ctx context.Context, queueID int64, errText string) error
@@ -41,7 +41,7 @@ type Config struct {
 	Poll      time.Duration // how often an idle target's queue is read again (500 ms)
 	ClaimFor  time.Duration // a target's claim lasts this long unless renewed (15 s)
 	Parallel  int           // keys of one target in flight at once (16)
-	Batch     int           // events read per round (256)
+	Batch     int           // events read from the queue at a time (256)
 	MaxTries  int           // failed tries before an event becomes a dead letter (10)
 	MaxAge    time.Duration // an event older than this (since its commit) whose try fails becomes a dead letter (0: no limit)
 	RetryBase time.Duration // first back-off; doubles per try, with jitter (500 ms)
