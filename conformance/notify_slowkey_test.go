@@ -1,7 +1,6 @@
 package conformance
 
 import (
-	"context"
 	"fmt"
 	"slices"
 	"testing"
@@ -145,14 +144,4 @@ func overlapped(got []gotEvent, a, b string, hold time.Duration) bool {
 		}
 	}
 	return false
-}
-
-// queued is how many of key's events target's queue holds.
-func queued(t *testing.T, target, key string) int {
-	t.Helper()
-	var n int
-	if err := packageKeys(t).Pool.QueryRow(context.Background(), `SELECT count(*) FROM notify_queue WHERE target = $1 AND key = $2`, target, key).Scan(&n); err != nil {
-		t.Fatal(err)
-	}
-	return n
 }

@@ -309,12 +309,17 @@ func configureBucket(t *testing.T, ep stack.Endpoint, bucket, arn string) {
 	}
 }
 
-func queueEmpty(t *testing.T, target string) bool {
+func queueEmpty(t *testing.T, target string) bool { return queued(t, target, "") == 0 }
+
+// queued is how many events target's queue holds: key's, or all if key is "".
+func queued(t *testing.T, target, key string) int {
+	t.Helper()
 	var n int
-	if err := packageKeys(t).Pool.QueryRow(context.Background(), `SELECT count(*) FROM notify_queue WHERE target = $1`, target).Scan(&n); err != nil {
+	if err := packageKeys(t).Pool.QueryRow(context.Background(), `SELECT count(*) FROM notify_queue WHERE target = $1 AND ($2 = '' OR key = $2)`,
+		target, key).Scan(&n); err != nil {
 		t.Fatal(err)
 	}
-	return n == 0
+	return n
 }
 
 // A webhook that answers 500 to a third of the requests, stalls past the

@@ -33,8 +33,8 @@ func (c *Campaign) finishNotifications(ctx context.Context, db *catalog, rep *Re
 	began, lastSaid := time.Now(), time.Time{}
 	if err := waitUntil(ctx, drainLimit, func() error {
 		var left, keys, most int
-		if err := db.pool.QueryRow(ctx, `SELECT count(*), count(DISTINCT (target, bucket, key)), coalesce(max(n), 0)
-			FROM (SELECT target, bucket, key, count(*) OVER (PARTITION BY target, bucket, key) AS n FROM notify_queue WHERE outbox_id <= $1) q`,
+		if err := db.pool.QueryRow(ctx, `SELECT coalesce(sum(n), 0)::bigint, count(*), coalesce(max(n), 0)
+			FROM (SELECT count(*) AS n FROM notify_queue WHERE outbox_id <= $1 GROUP BY target, bucket, key) q`,
 			mustBy).Scan(&left, &keys, &most); err != nil {
 			return err
 		}

@@ -60,16 +60,18 @@ func (p *pipeline) run() int {
 	defer poll.Stop()
 	read := true
 	for {
+		next := p.nextRead()
 		if read && p.ctx.Err() == nil && p.inflight < p.s.cfg.Parallel {
 			if wait := readGap - time.Since(p.lastRead); p.inflight > 0 && wait > 0 {
-				poll.Reset(min(wait, p.nextRead()))
+				poll.Reset(min(wait, next))
 			} else {
 				read = false
 				p.sendDue()
-				poll.Reset(p.nextRead())
+				next = p.nextRead()
+				poll.Reset(next)
 			}
 		}
-		if p.inflight == 0 && (p.ctx.Err() != nil || len(p.retries) == 0 || p.nextRead() >= p.s.cfg.Poll) {
+		if p.inflight == 0 && (p.ctx.Err() != nil || next >= p.s.cfg.Poll) {
 			// A retry further off than Poll is the next round's.
 			return p.sent
 		}
