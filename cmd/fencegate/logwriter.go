@@ -3,6 +3,7 @@ package main
 import (
 	"io"
 	"sync"
+	"time"
 )
 
 // logWriter batches the log's lines into few writes: a line goes out at once
@@ -14,7 +15,8 @@ import (
 // process killed outright loses the lines of the write in progress and
 // those queued behind it (a few milliseconds'); Close writes what is queued.
 type logWriter struct {
-	out io.Writer
+	out    io.Writer
+	linger time.Duration // not yet used
 
 	mu       sync.Mutex
 	written  *sync.Cond // a batch was written: room again, or all done
