@@ -9,31 +9,44 @@ import (
 	"time"
 )
 
-// heldWriter holds its first Write until released, counting writes.
+// countingWriter counts writes and keeps what they carried.
+type countingWriter struct {
+	mu     sync.Mutex
+	buf    bytes.Buffer
+	writes int
+}
+
+func (c *countingWriter) Write(p []byte) (int, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.writes++
+	return c.buf.Write(p)
+}
+
+func (c *countingWriter) count() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.writes
+}
+
+// heldWriter is a countingWriter that holds its first Write until released.
 type heldWriter struct {
-	mu      sync.Mutex
-	buf     bytes.Buffer
-	writes  int
+	countingWriter
+	held    sync.Once
 	entered chan struct{}
 	release chan struct{}
 }
 
 func (h *heldWriter) Write(p []byte) (int, error) {
-	h.mu.Lock()
-	h.writes++
-	first := h.writes == 1
-	h.mu.Unlock()
-	if first {
+	h.held.Do(func() {
 		close(h.entered)
 		<-h.release
-	}
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	return h.buf.Write(p)
+	})
+	return h.countingWriter.Write(p)
 }
 
-// A line goes out at once; the lines that come while it is being written
-// go together in one next write, in order, and Close waits for them.
+// The lines that come while a write is in progress go together in one next
+// write, in order, and Close waits for them.
 func TestLogLinesWrittenMeanwhileGoTogether(t *testing.T) {
 	out := &heldWriter{entered: make(chan struct{}), release: make(chan struct{})}
 	w := newLogWriter(out)
@@ -58,26 +71,6 @@ func TestLogLinesWrittenMeanwhileGoTogether(t *testing.T) {
 	if out.writes != 2 {
 		t.Fatalf("%d writes, want 2: the held line, then the 100 that came meanwhile", out.writes)
 	}
-}
-
-// countingWriter counts writes and keeps what they carried.
-type countingWriter struct {
-	mu     sync.Mutex
-	buf    bytes.Buffer
-	writes int
-}
-
-func (c *countingWriter) Write(p []byte) (int, error) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.writes++
-	return c.buf.Write(p)
-}
-
-func (c *countingWriter) count() int {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.writes
 }
 
 // Lines that come within the linger after a quiet spell go in one write,
