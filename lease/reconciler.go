@@ -12,6 +12,9 @@ type ReconcilerConfig struct {
 	Interval time.Duration // between scans (20 s); a scan also runs at start-up
 	Batch    int           // keys claimed per scan, at most 100
 	ClaimFor time.Duration // how long a claim keeps other reconcilers off a key
+	// RetryAfter: a key whose settle failed or was busy is claimable again
+	// after this (1 s), doubling per try up to ClaimFor.
+	RetryAfter time.Duration
 }
 
 // Reconciler settles keys whose attempts are unresolved (W7, the part this
@@ -40,6 +43,8 @@ func (c ReconcilerConfig) Validate() error {
 		return errors.New("reconciler batch must be between 1 and 100")
 	case c.ClaimFor < 0:
 		return errors.New("reconciler claim period must not be negative")
+	case c.RetryAfter < 0:
+		return errors.New("reconciler retry back-off must not be negative")
 	}
 	return nil
 }

@@ -2,6 +2,7 @@ package lease_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"testing"
@@ -19,6 +20,7 @@ type landedStore struct {
 	landed map[[2]string]store.Object
 	heads  map[[2]string]int
 	gate   chan struct{} // if not nil, every HEAD waits for it to close
+	fail   error         // if not nil, every HEAD fails with it
 }
 
 func newLandedStore() *landedStore {
@@ -42,6 +44,9 @@ func (s *landedStore) Head(ctx context.Context, bucket, key string) (store.Objec
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.heads[[2]string{bucket, key}]++
+	if s.fail != nil {
+		return store.Object{}, s.fail
+	}
 	return s.landed[[2]string{bucket, key}], nil
 }
 
@@ -134,6 +139,65 @@ func TestReconcilerSkipsBusyKeys(t *testing.T) {
 	}
 	if s := state(t, c, ids[0]); s != lease.StateAdopted {
 		t.Fatalf("the landed guard is %s after settling, want adopted", s)
+	}
+}
+
+// A key whose settle failed (the store did not answer the HEAD) is tried
+// again after the back-off (RetryAfter, doubling per try), not after the
+// whole claim: a store that was down for a second leaves its guards
+// unsettled for seconds, not for twice the lease TTL (the chaos campaign's
+// audit waited 90 s for one, claimed for 120 s by a settle that failed during
+// a store restart).
+func TestReconcilerRetriesAFailedSettleAfterTheBackOff(t *testing.T) {
+	c := catalog(t)
+	m := lease.NewManager(recLease, c, nil)
+	drain(t, m)
+	st := newLandedStore()
+	bucket, keys, ids := unknownAttempts(t, m, st, 1)
+	st.mu.Lock()
+	st.fail = errors.New("test: the store is restarting")
+	st.mu.Unlock()
+	r := lease.NewReconciler(lease.ReconcilerConfig{Batch: 10, ClaimFor: 10 * time.Minute, RetryAfter: 200 * time.Millisecond}, m, st, nil)
+	res, err := r.RunOnce(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res != (lease.ScanResult{Claimed: 1, Errors: 1}) {
+		t.Fatalf("scan while the store fails: %+v, want claimed 1, errors 1", res)
+	}
+	if n := st.headsOf(bucket, keys[0]); n != 1 {
+		t.Fatalf("the failing scan HEADed the key %d times, want once", n)
+	}
+	st.mu.Lock()
+	st.fail = nil
+	st.mu.Unlock()
+	// Not claimed again before the back-off has passed.
+	if res, err := r.RunOnce(context.Background()); err != nil || res.Claimed != 0 {
+		t.Fatalf("a scan right after the failure: %+v, %v; want nothing claimed (the back-off holds it)", res, err)
+	}
+	deadline := time.Now().Add(5 * time.Second) // far below the 10 min claim
+	for {
+		res, err := r.RunOnce(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.Settled == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the key was not settled within 5 s of the store's return: %+v", res)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if s := state(t, c, ids[0]); s != lease.StateAdopted {
+		t.Fatalf("the landed guard is %s after settling, want adopted", s)
+	}
+	var lastError string
+	if err := c.Pool.QueryRow(context.Background(), `SELECT coalesce(last_error, '') FROM attempts WHERE attempt_id = $1`, ids[0]).Scan(&lastError); err != nil {
+		t.Fatal(err)
+	}
+	if lastError != "" {
+		t.Fatalf("the settled attempt still carries the failure %q", lastError)
 	}
 }
 
