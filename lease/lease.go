@@ -167,7 +167,9 @@ type Driver interface {
 	// ClaimUnresolved claims keys with unresolved attempts; an unknown
 	// attempt's claim never runs far past its horizon (settle.go).
 	ClaimUnresolved(ctx context.Context, limit int, claimFor, horizon time.Duration) ([][2]string, error)
-	NoteTry(ctx context.Context, bucket, key, errText string) error
+	// RetryKeyLater notes why a claimed key was not settled and makes it
+	// claimable again after first, doubling per try, at most max.
+	RetryKeyLater(ctx context.Context, bucket, key string, first, max time.Duration, errText string) error
 
 	// Gateway sessions.
 	OpenSession(ctx context.Context, gateway string, timeout time.Duration) (string, error)

@@ -277,7 +277,7 @@ func NewService(cfg LifecycleConfig, m *Manager, db LifecycleDriver, store Lifec
 	if log == nil {
 		log = slog.Default()
 	}
-	rec := NewReconciler(ReconcilerConfig{Interval: cfg.Interval, Batch: cfg.Batch, ClaimFor: cfg.ClaimFor}, m, store, log)
+	rec := NewReconciler(ReconcilerConfig{Interval: cfg.Interval, Batch: cfg.Batch, ClaimFor: cfg.ClaimFor, RetryAfter: cfg.RetryAfter}, m, store, log)
 	return &Service{cfg: cfg, m: m, db: db, store: store, log: log, rec: rec, Metrics: NewLifecycleMetrics(nil)}, nil
 }
 

@@ -61,6 +61,9 @@ func NewReconciler(cfg ReconcilerConfig, m *Manager, store Store, log *slog.Logg
 	if cfg.Batch == 0 {
 		cfg.Batch = 100
 	}
+	if cfg.RetryAfter == 0 {
+		cfg.RetryAfter = time.Second
+	}
 	if cfg.ClaimFor == 0 {
 		cfg.ClaimFor = 2 * m.cfg.TTL
 	}
@@ -88,18 +91,23 @@ func (r *Reconciler) RunOnce(ctx context.Context) (ScanResult, error) {
 		if ctx.Err() != nil {
 			return res, ctx.Err()
 		}
-		switch err := r.settleKey(ctx, k[0], k[1]); err {
+		err := r.settleKey(ctx, k[0], k[1])
+		switch err {
 		case nil:
 			res.Settled++
+			continue
 		case ErrBusy:
-			res.Busy++ // a live writer holds it and will settle it itself
+			// A live writer holds it and settles it itself; should that
+			// writer fail before it does, the key comes back soon.
+			res.Busy++
 		default:
 			res.Errors++
 			r.log.Warn("reconciler could not settle a key; it will be tried again", "bucket", k[0], "key", k[1], "err", err)
-			nctx, cancel := r.m.dbctx(ctx)
-			_ = r.m.db.NoteTry(nctx, k[0], k[1], err.Error())
-			cancel()
 		}
+		nctx, cancel := r.m.dbctx(ctx)
+		_ = r.m.db.RetryKeyLater(nctx, k[0], k[1], r.cfg.RetryAfter, r.cfg.ClaimFor, err.Error())
+		cancel()
+
 	}
 	return res, nil
 }

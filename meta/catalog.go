@@ -406,10 +406,16 @@ func (c *Catalog) ClaimUnresolved(ctx context.Context, limit int, claimFor, hori
 	return out, rows.Err()
 }
 
-// NoteTry records why settling a claimed key failed, for the next try.
-func (c *Catalog) NoteTry(ctx context.Context, bucket, key, errText string) error {
-	_, err := c.Pool.Exec(ctx, `UPDATE attempts SET last_error = $3 WHERE bucket = $1 AND key = $2 AND state IN ('leased', 'unknown')`,
-		bucket, key, errText)
+// RetryKeyLater records why settling a claimed key did not happen (a store
+// failure, a live writer holding it) and makes the key's unresolved attempts
+// claimable again after a back-off: first, doubling per try, at most max
+// (the claim period). Not the whole claim: a store down for a second would
+// otherwise leave its guards unsettled for twice the lease TTL.
+func (c *Catalog) RetryKeyLater(ctx context.Context, bucket, key string, first, max time.Duration, errText string) error {
+	_, err := c.Pool.Exec(ctx, `UPDATE attempts SET last_error = $3,
+			claimed_until = clock_timestamp() + least($4::interval * power(2, least(greatest(tries - 1, 0), 20)), $5::interval)
+		WHERE bucket = $1 AND key = $2 AND state IN ('leased', 'unknown')`,
+		bucket, key, errText, first.String(), max.String())
 	return err
 }
 
