@@ -238,6 +238,26 @@ func (c *Campaign) setUp(ctx context.Context) error {
 	return c.setUpReservations(ctx)
 }
 
+// audit runs `fencegate audit` on bucket until it finds the catalog equal to
+// the store (90 s at most: a settle or the reconciler's audit pass may still
+// be on its way); if it never does, the error says what it found and what
+// the catalog holds about those keys.
+func (c *Campaign) audit(ctx context.Context, db *catalog, bucket string) error {
+	var last string
+	err := waitUntil(ctx, 90*time.Second, func() error {
+		out, err := c.stack.tool(ctx, "audit", "--json", bucket)
+		last = out
+		if err != nil {
+			return fmt.Errorf("%v: %s", err, strings.TrimSpace(out))
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("audit %s: %v%s", bucket, err, db.auditDiagnosis(ctx, bucket, last))
+	}
+	return nil
+}
+
 // finish ends the faults, waits for the gateways and the reconciler, makes a
 // last write and read of every key, resolves unknown outcomes from the
 // attempts' records, audits, and checks the history.
@@ -323,18 +343,8 @@ func (c *Campaign) finish(ctx context.Context, rep *Report) {
 	// without a catalog entry or a guard (direct writes made in the last
 	// seconds are found and recorded by the reconciler's audit pass).
 	for _, b := range campaignBuckets {
-		var last string
-		err := waitUntil(ctx, 90*time.Second, func() error {
-			out, err := s.tool(ctx, "audit", "--json", b)
-			last = out
-			if err != nil {
-				return fmt.Errorf("%v: %s", err, strings.TrimSpace(out))
-			}
-			return nil
-		})
-		if err != nil {
-			problems = append(problems, fmt.Sprintf("audit %s: %v", b, err))
-			_ = last
+		if err := c.audit(ctx, db, b); err != nil {
+			problems = append(problems, err.Error())
 		}
 	}
 

@@ -2,6 +2,7 @@ package chaos
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"regexp"
 	"strings"
@@ -290,4 +291,58 @@ func firstWords(s string, n int) string {
 		f = append(f[:n], "...")
 	}
 	return strings.Join(f, " ")
+}
+
+// auditDiagnosis says, for an audit that kept failing, what the catalog
+// holds about it: each finding's key's attempts (state, tries, how long
+// still claimed, the last error) and the bucket's audit cursor, so that a
+// failing campaign's report shows why the reconciler did not settle it.
+func (c *catalog) auditDiagnosis(ctx context.Context, bucket, auditJSON string) string {
+	var findings []struct {
+		Key string `json:"key"`
+	}
+	if i := strings.Index(auditJSON, "["); i >= 0 {
+		// (the tool's own error line may follow the JSON)
+		_ = json.NewDecoder(strings.NewReader(auditJSON[i:])).Decode(&findings)
+	}
+	var b strings.Builder
+	seen := map[string]bool{}
+	for _, f := range findings {
+		if seen[f.Key] || len(seen) == 5 {
+			continue
+		}
+		seen[f.Key] = true
+		rows, err := c.pool.Query(ctx, `SELECT attempt_id::text, op, state, coalesce(declared_size, -1), tries,
+				coalesce(extract(epoch FROM claimed_until - clock_timestamp())::int, 0), coalesce(last_error, ''), coalesce(reason, ''),
+				extract(epoch FROM clock_timestamp() - updated_at)::int
+			FROM attempts WHERE bucket = $1 AND key = $2 ORDER BY created_at`, bucket, f.Key)
+		if err != nil {
+			fmt.Fprintf(&b, "\n  %s: %v", f.Key, err)
+			continue
+		}
+		fmt.Fprintf(&b, "\n  %s's attempts:", f.Key)
+		for rows.Next() {
+			var id, op, state, lastErr, reason string
+			var size int64
+			var tries, claimedFor, age int
+			if err := rows.Scan(&id, &op, &state, &size, &tries, &claimedFor, &lastErr, &reason, &age); err != nil {
+				fmt.Fprintf(&b, " %v", err)
+				break
+			}
+			fmt.Fprintf(&b, "\n    %s %s %s size %d, tries %d, claimed %d s more, updated %d s ago, reason %q, last error %q",
+				id, op, state, size, tries, claimedFor, age, reason, lastErr)
+		}
+		rows.Close()
+	}
+	var tries, claimedFor, passedAgo int
+	var lastErr string
+	if err := c.pool.QueryRow(ctx, `SELECT tries, coalesce(extract(epoch FROM claimed_until - clock_timestamp())::int, 0),
+			coalesce(last_error, ''), coalesce(extract(epoch FROM clock_timestamp() - passed_at)::int, -1)
+		FROM audit_cursors WHERE bucket = $1`, bucket).Scan(&tries, &claimedFor, &lastErr, &passedAgo); err != nil {
+		fmt.Fprintf(&b, "\n  the bucket's audit cursor: %v", err)
+	} else {
+		fmt.Fprintf(&b, "\n  the bucket's audit cursor: tries %d, claimed %d s more, passed %d s ago, last error %q",
+			tries, claimedFor, passedAgo, lastErr)
+	}
+	return b.String()
 }

@@ -177,14 +177,8 @@ func (c *Campaign) finishReservations(ctx context.Context, db *catalog) (map[str
 		problems = append(problems, "reservations after the sweeper's pass: "+err.Error())
 	}
 	swept := time.Since(began)
-	if err := waitUntil(ctx, 90*time.Second, func() error {
-		out, err := c.stack.tool(ctx, "audit", "--json", reservationBucket)
-		if err != nil {
-			return fmt.Errorf("%v: %s", err, strings.TrimSpace(out))
-		}
-		return nil
-	}); err != nil {
-		problems = append(problems, fmt.Sprintf("audit %s: %v", reservationBucket, err))
+	if err := c.audit(ctx, db, reservationBucket); err != nil {
+		problems = append(problems, err.Error())
 	}
 	var last []string
 	var st reservationState
