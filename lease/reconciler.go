@@ -104,8 +104,12 @@ func (r *Reconciler) RunOnce(ctx context.Context) (ScanResult, error) {
 			res.Errors++
 			r.log.Warn("reconciler could not settle a key; it will be tried again", "bucket", k[0], "key", k[1], "err", err)
 		}
+		why := err.Error()
+		if err == ErrBusy {
+			why = "skipped: a live writer held the key"
+		}
 		nctx, cancel := r.m.dbctx(ctx)
-		_ = r.m.db.RetryKeyLater(nctx, k[0], k[1], r.cfg.RetryAfter, r.cfg.ClaimFor, err.Error())
+		_ = r.m.db.RetryKeyLater(nctx, k[0], k[1], r.cfg.RetryAfter, r.cfg.ClaimFor, why)
 		cancel()
 
 	}
