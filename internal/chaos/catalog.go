@@ -293,6 +293,12 @@ func firstWords(s string, n int) string {
 	return strings.Join(f, " ")
 }
 
+// AuditDiagnosis is catalog.auditDiagnosis on pool (for its test, in
+// conformance: this package may not import meta, which migrates).
+func AuditDiagnosis(ctx context.Context, pool *pgxpool.Pool, bucket, auditJSON string) string {
+	return (&catalog{pool: pool}).auditDiagnosis(ctx, bucket, auditJSON)
+}
+
 // auditDiagnosis says, for an audit that kept failing, what the catalog
 // holds about it: each finding's key's attempts (state, tries, how long
 // still claimed, the last error) and the bucket's audit cursor, so that a
