@@ -92,26 +92,23 @@ func (r *Reconciler) RunOnce(ctx context.Context) (ScanResult, error) {
 			return res, ctx.Err()
 		}
 		err := r.settleKey(ctx, k[0], k[1])
-		switch err {
-		case nil:
+		if err == nil {
 			res.Settled++
 			continue
-		case ErrBusy:
-			// A live writer holds it and settles it itself; should that
-			// writer fail before it does, the key comes back soon.
-			res.Busy++
-		default:
-			res.Errors++
-			r.log.Warn("reconciler could not settle a key; it will be tried again", "bucket", k[0], "key", k[1], "err", err)
 		}
 		why := err.Error()
 		if err == ErrBusy {
+			// A live writer holds it and settles it itself; should that
+			// writer fail before it does, the key comes back soon.
+			res.Busy++
 			why = "skipped: a live writer held the key"
+		} else {
+			res.Errors++
+			r.log.Warn("reconciler could not settle a key; it will be tried again", "bucket", k[0], "key", k[1], "err", err)
 		}
 		nctx, cancel := r.m.dbctx(ctx)
 		_ = r.m.db.RetryKeyLater(nctx, k[0], k[1], r.cfg.RetryAfter, r.cfg.ClaimFor, why)
 		cancel()
-
 	}
 	return res, nil
 }

@@ -123,22 +123,29 @@ func TestReconcilerSkipsBusyKeys(t *testing.T) {
 		t.Fatalf("the live writer's attempt is %s, want leased", s)
 	}
 	live.Finish(lease.StateFailed, "test")
-	deadline := time.Now().Add(10 * time.Second)
+	settledWithin(t, r, 10*time.Second, "after its writer left")
+	if s := state(t, c, ids[0]); s != lease.StateAdopted {
+		t.Fatalf("the landed guard is %s after settling, want adopted", s)
+	}
+}
+
+// settledWithin runs r's scans until one settles a key, failing the test
+// after within (when names the moment it counts from).
+func settledWithin(t *testing.T, r *lease.Reconciler, within time.Duration, when string) {
+	t.Helper()
+	deadline := time.Now().Add(within)
 	for {
 		res, err := r.RunOnce(context.Background())
 		if err != nil {
 			t.Fatal(err)
 		}
 		if res.Settled == 1 {
-			break
+			return
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("the key was never settled after its writer left: %+v", res)
+			t.Fatalf("the key was not settled within %s %s: %+v", within, when, res)
 		}
-		time.Sleep(50 * time.Millisecond) // the claim runs out on the database clock
-	}
-	if s := state(t, c, ids[0]); s != lease.StateAdopted {
-		t.Fatalf("the landed guard is %s after settling, want adopted", s)
+		time.Sleep(50 * time.Millisecond) // a claim runs out on the database clock
 	}
 }
 
@@ -175,20 +182,7 @@ func TestReconcilerRetriesAFailedSettleAfterTheBackOff(t *testing.T) {
 	if res, err := r.RunOnce(context.Background()); err != nil || res.Claimed != 0 {
 		t.Fatalf("a scan right after the failure: %+v, %v; want nothing claimed (the back-off holds it)", res, err)
 	}
-	deadline := time.Now().Add(5 * time.Second) // far below the 10 min claim
-	for {
-		res, err := r.RunOnce(context.Background())
-		if err != nil {
-			t.Fatal(err)
-		}
-		if res.Settled == 1 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the key was not settled within 5 s of the store's return: %+v", res)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	settledWithin(t, r, 5*time.Second, "of the store's return (far below the 10 min claim)")
 	if s := state(t, c, ids[0]); s != lease.StateAdopted {
 		t.Fatalf("the landed guard is %s after settling, want adopted", s)
 	}
