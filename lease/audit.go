@@ -171,7 +171,7 @@ func (a Auditor) ForeignUploads(ctx context.Context, bucket, keyMarker, uploadMa
 func (s *Service) auditBatch(ctx context.Context) (Counts, bool, error) {
 	var c Counts
 	dctx, cancel := s.m.dbctx(ctx)
-	cur, ok, err := s.db.ClaimAuditCursor(dctx, s.cfg.AuditBuckets, s.cfg.ClaimFor)
+	cur, ok, err := s.db.ClaimAuditCursor(dctx, s.cfg.AuditBuckets, s.m.claim(s.cfg.ClaimFor))
 	cancel()
 	if err != nil || !ok {
 		return c, false, err

@@ -166,7 +166,7 @@ type Driver interface {
 	CloseGuards(ctx context.Context, bucket, key string, ids []string, reason string) error
 	// ClaimUnresolved claims keys with unresolved attempts; an unknown
 	// attempt's claim never runs far past its horizon (settle.go).
-	ClaimUnresolved(ctx context.Context, limit int, claimFor, horizon time.Duration) ([][2]string, error)
+	ClaimUnresolved(ctx context.Context, limit int, claim Claim, horizon time.Duration) ([][2]string, error)
 	// RetryKeyLater notes why a claimed key was not settled and makes it
 	// claimable again after first, doubling per try, at most max.
 	RetryKeyLater(ctx context.Context, bucket, key string, first, max time.Duration, errText string) error

@@ -155,11 +155,32 @@ func (c *LifecycleConfig) setDefaults(ttl time.Duration) {
 	}
 }
 
+// Claim is how long a claim on a reconciler's work item (an unresolved key,
+// an upload, an audit cursor, an ended reservation) keeps other gateways off
+// it: For, or until Session, the claiming gateway's database session, ends,
+// whichever comes first. So a crashed gateway's items are taken over when
+// its keys' leases are (SessionTimeout), not after a claim period. Without
+// a Session (a tool, or a gateway whose session is down) it lasts For. A
+// back-off after a failed try is a wait, not a claim: it binds no session.
+type Claim struct {
+	For     time.Duration
+	Session string
+}
+
+// claim is a claim for d bound to this gateway's session while it is up.
+func (m *Manager) claim(d time.Duration) Claim {
+	sid, _, err := m.sess.current()
+	if err != nil {
+		sid = ""
+	}
+	return Claim{For: d, Session: sid}
+}
+
 // LifecycleDriver is the SQL the service needs beyond Driver (Catalog
 // implements it).
 type LifecycleDriver interface {
-	ClaimAbandonedUploads(ctx context.Context, limit int, idle, claimFor time.Duration) ([]AbandonedUpload, error)
-	ClaimUnboundUploads(ctx context.Context, limit int, settle, claimFor time.Duration) ([]UploadWithoutID, error)
+	ClaimAbandonedUploads(ctx context.Context, limit int, idle time.Duration, claim Claim) ([]AbandonedUpload, error)
+	ClaimUnboundUploads(ctx context.Context, limit int, settle time.Duration, claim Claim) ([]UploadWithoutID, error)
 	UnboundUploads(ctx context.Context, bucket, key string) ([]UploadWithoutID, error)
 	BoundUploads(ctx context.Context, ids []string) (map[string]bool, error)
 	BindUpload(ctx context.Context, attemptID, uploadID string) (bool, error)
@@ -169,7 +190,7 @@ type LifecycleDriver interface {
 	UploadAbortable(ctx context.Context, attemptID string) (bool, error)
 	UploadAborted(ctx context.Context, attemptID, reason string) error
 	RetryLater(ctx context.Context, attemptID string, backoff time.Duration, errText string) error
-	ClaimAuditCursor(ctx context.Context, only []string, claimFor time.Duration) (Cursor, bool, error)
+	ClaimAuditCursor(ctx context.Context, only []string, claim Claim) (Cursor, bool, error)
 	AdvanceAuditCursor(ctx context.Context, cur Cursor, roundDone bool, rest time.Duration) error
 	AuditCursorFailed(ctx context.Context, bucket string, backoff time.Duration, errText string) error
 	CatalogRange(ctx context.Context, bucket, prefix, after, upto string) (map[string]Entry, error)

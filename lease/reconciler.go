@@ -81,7 +81,7 @@ func (r *Reconciler) RunOnce(ctx context.Context) (ScanResult, error) {
 		return res, err
 	}
 	dctx, cancel := r.m.dbctx(ctx)
-	keys, err := r.m.db.ClaimUnresolved(dctx, r.cfg.Batch, r.cfg.ClaimFor, r.m.cfg.GuardHorizon)
+	keys, err := r.m.db.ClaimUnresolved(dctx, r.cfg.Batch, r.m.claim(r.cfg.ClaimFor), r.m.cfg.GuardHorizon)
 	cancel()
 	if err != nil {
 		return res, err

@@ -20,7 +20,12 @@ type landedStore struct {
 	landed map[[2]string]store.Object
 	heads  map[[2]string]int
 	gate   chan struct{} // if not nil, every HEAD waits for it to close
-	fail   error         // if not nil, every HEAD fails with it
+	// arrived, if not nil, gets a value as a HEAD reaches the gate.
+	arrived chan struct{}
+	// frozen: the gate ignores the caller's context, as a killed or frozen
+	// process does nothing more on its own.
+	frozen bool
+	fail   error // if not nil, every HEAD fails with it
 }
 
 func newLandedStore() *landedStore {
@@ -34,7 +39,12 @@ func (s *landedStore) land(bucket, key, attempt string, size int64) {
 }
 
 func (s *landedStore) Head(ctx context.Context, bucket, key string) (store.Object, error) {
-	if s.gate != nil {
+	if s.arrived != nil {
+		s.arrived <- struct{}{}
+	}
+	if s.gate != nil && s.frozen {
+		<-s.gate
+	} else if s.gate != nil {
 		select {
 		case <-s.gate:
 		case <-ctx.Done():
@@ -186,6 +196,57 @@ func TestReconcilerRetriesAFailedSettleAfterTheBackOff(t *testing.T) {
 	if s := state(t, c, ids[0]); s != lease.StateAdopted {
 		t.Fatalf("the landed guard is %s after settling, want adopted", s)
 	}
+}
+
+// A gateway that crashes while its reconciler holds a key's claim (here:
+// inside the settle's HEAD, frozen there: a killed process writes nothing
+// more) does not keep the key from the others for the
+// claim period: once its session has expired, another gateway's reconciler
+// claims and settles the key. Before, the claim held for ClaimFor (2 x the
+// lease TTL, 120 s by default) whatever became of its gateway.
+func TestAClaimEndsWithTheCrashedGatewaysSession(t *testing.T) {
+	c := catalog(t)
+	m := lease.NewManager(recLease, c, nil)
+	drain(t, m)
+	st := newLandedStore()
+	bucket, keys, ids := unknownAttempts(t, m, st, 1)
+
+	crashing := &stoppableHeartbeats{Catalog: c}
+	mA, mB := sessionManager(t, crashing, "gw-a"), sessionManager(t, c, "gw-b")
+	held := newLandedStore()
+	held.landed = st.landed
+	held.gate, held.arrived, held.frozen = make(chan struct{}), make(chan struct{}, 1), true
+	rA := lease.NewReconciler(lease.ReconcilerConfig{Batch: 10, ClaimFor: 10 * time.Minute}, mA, held, nil)
+	rB := lease.NewReconciler(lease.ReconcilerConfig{Batch: 10, ClaimFor: 10 * time.Minute}, mB, st, nil)
+	ctxA, cancelA := context.WithCancel(context.Background())
+	var thaw sync.Once
+	release := func() { cancelA(); thaw.Do(func() { close(held.gate) }) }
+	t.Cleanup(release)
+	doneA := make(chan error, 1)
+	go func() {
+		_, err := rA.RunOnce(ctxA)
+		doneA <- err
+	}()
+	select {
+	case <-held.arrived: // A claimed the key and is settling it
+	case err := <-doneA:
+		t.Fatalf("A's scan ended before it reached the store: %v", err)
+	case <-time.After(10 * time.Second):
+		t.Fatal("A's reconciler never reached the store")
+	}
+	if res, err := rB.RunOnce(context.Background()); err != nil || res.Claimed != 0 {
+		t.Fatalf("B's scan while A is alive and holds the claim: %+v, %v; want nothing claimed", res, err)
+	}
+	crashing.stop.Store(true) // A stops heartbeating: its session expires in 1.5 s
+	settledWithin(t, rB, 5*time.Second, "of A's crash (its session timeout is 1.5 s, the claim 10 min)")
+	if s := state(t, c, ids[0]); s != lease.StateAdopted {
+		t.Fatalf("the landed guard is %s after B settled it, want adopted", s)
+	}
+	if n := st.headsOf(bucket, keys[0]); n != 1 {
+		t.Fatalf("B HEADed the key %d times, want once", n)
+	}
+	release()
+	<-doneA
 }
 
 // Two reconcilers scanning at once never settle one key twice: together they

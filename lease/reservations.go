@@ -39,7 +39,7 @@ type ReservationSweeper interface {
 	ExpireReservations(ctx context.Context, limit int) (int, error)
 	// ClaimEndedReservations marks ended reservations with no attempts done
 	// with, and claims at most limit of the others.
-	ClaimEndedReservations(ctx context.Context, limit int, claimFor time.Duration) ([]EndedReservation, error)
+	ClaimEndedReservations(ctx context.Context, limit int, claim Claim) ([]EndedReservation, error)
 	// ReservationUploads are the open multipart uploads bound to the
 	// reservation whose upload id fencegate recorded, at its key.
 	ReservationUploads(ctx context.Context, id string) ([]ReservationUpload, error)
@@ -98,7 +98,7 @@ func (s *Service) reservationsBatch(ctx context.Context) (Counts, bool, error) {
 	c := Counts{Claimed: n, Completed: n}
 	var ended []EndedReservation
 	if err := s.dbDo(ctx, func(dctx context.Context) (err error) {
-		ended, err = sw.ClaimEndedReservations(dctx, s.cfg.Batch, s.cfg.ClaimFor)
+		ended, err = sw.ClaimEndedReservations(dctx, s.cfg.Batch, s.m.claim(s.cfg.ClaimFor))
 		return
 	}); err != nil {
 		return c, false, err

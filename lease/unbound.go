@@ -33,7 +33,7 @@ func mayHaveCreated(a UploadWithoutID, at time.Time) bool {
 func (s *Service) bindBatch(ctx context.Context, deadline time.Time) (Counts, bool, error) {
 	var c Counts
 	dctx, cancel := s.m.dbctx(ctx)
-	atts, err := s.db.ClaimUnboundUploads(dctx, s.cfg.Batch, s.cfg.UploadCreateSettle, s.cfg.ClaimFor)
+	atts, err := s.db.ClaimUnboundUploads(dctx, s.cfg.Batch, s.cfg.UploadCreateSettle, s.m.claim(s.cfg.ClaimFor))
 	cancel()
 	if err != nil {
 		return c, false, err

@@ -29,7 +29,7 @@ func (s *Service) uploadsBatch(ctx context.Context, deadline time.Time) (Counts,
 func (s *Service) abandonedBatch(ctx context.Context, deadline time.Time) (Counts, bool, error) {
 	var c Counts
 	dctx, cancel := s.m.dbctx(ctx)
-	ups, err := s.db.ClaimAbandonedUploads(dctx, s.cfg.Batch, s.cfg.UploadIdle, s.cfg.ClaimFor)
+	ups, err := s.db.ClaimAbandonedUploads(dctx, s.cfg.Batch, s.cfg.UploadIdle, s.m.claim(s.cfg.ClaimFor))
 	cancel()
 	if err != nil {
 		return c, false, err

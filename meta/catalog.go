@@ -367,12 +367,12 @@ func (c *Catalog) ForgetBucket(ctx context.Context, bucket string) error {
 // leased by a holder whose lease expired), oldest first, for claimFor: a claim
 // token is stamped on their attempts (and a try counted) before any storage
 // I/O, and SKIP LOCKED keeps concurrent reconcilers on different keys.
-func (c *Catalog) ClaimUnresolved(ctx context.Context, limit int, claimFor, horizon time.Duration) ([][2]string, error) {
+func (c *Catalog) ClaimUnresolved(ctx context.Context, limit int, claim lease.Claim, horizon time.Duration) ([][2]string, error) {
 	token := lease.NewID()
 	rows, err := c.Pool.Query(ctx, `WITH picked AS (
 			SELECT attempt_id FROM attempts a
 			WHERE op <> 'multipart' AND (state = 'unknown' OR (state = 'leased' AND `+holderGone+`))
-			  AND (claimed_until IS NULL OR claimed_until < clock_timestamp())
+			  AND `+unclaimed+`
 			-- least recently tried first, so guards that cannot be proven yet do
 			-- not starve newer ones
 			ORDER BY coalesce(claimed_until, updated_at) LIMIT $1 FOR UPDATE SKIP LOCKED)
@@ -380,13 +380,13 @@ func (c *Catalog) ClaimUnresolved(ctx context.Context, limit int, claimFor, hori
 		-- up) is retried less and less often: up to 64 claims apart, but an
 		-- unknown one never past its horizon by more than a claim period, so
 		-- the settle that closes it comes soon after the horizon passes.
-		UPDATE attempts a SET claim_token = $2, tries = tries + 1,
+		UPDATE attempts a SET claim_token = $2, tries = tries + 1, claim_session = $5,
 			-- (least ignores the NULL of a guard not before its horizon)
 			claimed_until = clock_timestamp() + least($3::interval * power(2, greatest(least(a.tries, 8) - 2, 0)),
 				CASE WHEN a.state = 'unknown' THEN nullif(greatest(coalesce(a.unknown_at, a.updated_at) + $4::interval - clock_timestamp(),
 					interval '0'), interval '0') + $3::interval / 4 END)
 		FROM picked WHERE a.attempt_id = picked.attempt_id
-		RETURNING a.bucket, a.key`, limit, token, claimFor.String(), horizon.String())
+		RETURNING a.bucket, a.key`, limit, token, claim.For.String(), horizon.String(), nullSession(claim))
 	if err != nil {
 		return nil, err
 	}
@@ -412,7 +412,7 @@ func (c *Catalog) ClaimUnresolved(ctx context.Context, limit int, claimFor, hori
 // (the claim period). Not the whole claim: a store down for a second would
 // otherwise leave its guards unsettled for twice the lease TTL.
 func (c *Catalog) RetryKeyLater(ctx context.Context, bucket, key string, first, max time.Duration, errText string) error {
-	_, err := c.Pool.Exec(ctx, `UPDATE attempts SET last_error = $3,
+	_, err := c.Pool.Exec(ctx, `UPDATE attempts SET last_error = $3, claim_session = NULL,
 			claimed_until = clock_timestamp() + least($4::interval * power(2, least(greatest(tries - 1, 0), 20)), $5::interval)
 		WHERE bucket = $1 AND key = $2 AND state IN ('leased', 'unknown')`,
 		bucket, key, errText, first.String(), max.String())

@@ -14,24 +14,33 @@ import (
 // The reconciler's lifecycle queries (docs/DESIGN.md, "The reconciler"). Every
 // claim stamps a token and counts a try before the caller's storage I/O, takes
 // the oldest (least recently tried) rows first, and skips rows another
-// reconciler has locked.
+// reconciler has locked. A claim names the claiming gateway's session
+// (lease.Claim), and ends with it; a back-off or a rest binds no session.
+
+// unclaimed is true of a work item (alias a) nobody holds: its claim or
+// back-off ran out, or the session of the gateway that claimed it ended
+// (or was pruned).
+const unclaimed = `(a.claimed_until IS NULL OR a.claimed_until < clock_timestamp())`
+
+// nullSession is a lease.Claim's session as a query argument.
+func nullSession(c lease.Claim) any { return nullID(c.Session) }
 
 // ClaimAbandonedUploads claims up to limit open multipart uploads created
 // through fencegate whose creation and last recorded activity are older than
 // idle, and none of whose Complete tries is leased or unknown.
-func (c *Catalog) ClaimAbandonedUploads(ctx context.Context, limit int, idle, claimFor time.Duration) ([]lease.AbandonedUpload, error) {
+func (c *Catalog) ClaimAbandonedUploads(ctx context.Context, limit int, idle time.Duration, claim lease.Claim) ([]lease.AbandonedUpload, error) {
 	rows, err := c.Pool.Query(ctx, `WITH picked AS (
 			SELECT attempt_id FROM attempts a
 			WHERE op = 'multipart' AND state = 'open' AND upload_id IS NOT NULL
 			  AND greatest(updated_at, coalesce(activity_at, updated_at)) < clock_timestamp() - $3::interval
-			  AND (claimed_until IS NULL OR claimed_until < clock_timestamp())
+			  AND `+unclaimed+`
 			  AND NOT EXISTS (SELECT 1 FROM attempts t WHERE t.upload_attempt = a.attempt_id AND t.state IN ('leased', 'unknown'))
 			ORDER BY coalesce(claimed_until, updated_at) LIMIT $1 FOR UPDATE SKIP LOCKED)
 		UPDATE attempts a SET claim_token = $2, tries = tries + 1,
-			claimed_until = clock_timestamp() + $4::interval
+			claimed_until = clock_timestamp() + $4::interval, claim_session = $5
 		FROM picked WHERE a.attempt_id = picked.attempt_id
 		RETURNING a.attempt_id::text, a.bucket, a.key, a.upload_id, a.created_at, a.tries`,
-		limit, lease.NewID(), idle.String(), claimFor.String())
+		limit, lease.NewID(), idle.String(), claim.For.String(), nullSession(claim))
 	if err != nil {
 		return nil, err
 	}
@@ -69,17 +78,17 @@ const unboundWhere = `a.op = 'multipart' AND a.upload_id IS NULL AND (a.state = 
 // ClaimUnboundUploads claims up to limit multipart attempts without an
 // upload id whose outcome was recorded (or, open, whose Create began) longer
 // than settle ago, oldest (least recently tried) first.
-func (c *Catalog) ClaimUnboundUploads(ctx context.Context, limit int, settle, claimFor time.Duration) ([]lease.UploadWithoutID, error) {
+func (c *Catalog) ClaimUnboundUploads(ctx context.Context, limit int, settle time.Duration, claim lease.Claim) ([]lease.UploadWithoutID, error) {
 	return scanUnbound(c.Pool.Query(ctx, `WITH picked AS (
 			SELECT attempt_id FROM attempts a
 			WHERE `+unboundWhere+` AND a.updated_at < clock_timestamp() - $3::interval
-			  AND (a.claimed_until IS NULL OR a.claimed_until < clock_timestamp())
+			  AND `+unclaimed+`
 			ORDER BY coalesce(a.claimed_until, a.created_at) LIMIT $1 FOR UPDATE SKIP LOCKED)
 		UPDATE attempts a SET claim_token = $2, tries = tries + 1,
-			claimed_until = clock_timestamp() + $4::interval
+			claimed_until = clock_timestamp() + $4::interval, claim_session = $5
 		FROM picked WHERE a.attempt_id = picked.attempt_id
 		RETURNING `+unboundColumns,
-		limit, lease.NewID(), settle.String(), claimFor.String()))
+		limit, lease.NewID(), settle.String(), claim.For.String(), nullSession(claim)))
 }
 
 // UnboundUploads lists bucket/key's multipart attempts without an upload id
@@ -180,8 +189,9 @@ func (c *Catalog) UploadAborted(ctx context.Context, attemptID, reason string) e
 
 // RetryLater keeps an attempt's claim (its token stays) and pushes its next
 // try back by backoff: a store failure, retried without giving the item up.
+// The back-off holds whoever made it, its session alive or not.
 func (c *Catalog) RetryLater(ctx context.Context, attemptID string, backoff time.Duration, errText string) error {
-	_, err := c.Pool.Exec(ctx, `UPDATE attempts SET claimed_until = clock_timestamp() + $2::interval, last_error = $3
+	_, err := c.Pool.Exec(ctx, `UPDATE attempts SET claimed_until = clock_timestamp() + $2::interval, claim_session = NULL, last_error = $3
 		WHERE attempt_id = $1`, attemptID, backoff.String(), errText)
 	return err
 }
@@ -189,20 +199,21 @@ func (c *Catalog) RetryLater(ctx context.Context, attemptID string, backoff time
 // ClaimAuditCursor claims the bucket whose audit is least recently advanced
 // (every bucket the catalog knows gets a cursor), among only (if not empty),
 // or returns false.
-func (c *Catalog) ClaimAuditCursor(ctx context.Context, only []string, claimFor time.Duration) (lease.Cursor, bool, error) {
+func (c *Catalog) ClaimAuditCursor(ctx context.Context, only []string, claim lease.Claim) (lease.Cursor, bool, error) {
 	if _, err := c.Pool.Exec(ctx, `INSERT INTO audit_cursors (bucket)
 		SELECT bucket FROM buckets UNION SELECT DISTINCT bucket FROM catalog ON CONFLICT DO NOTHING`); err != nil {
 		return lease.Cursor{}, false, err
 	}
 	var cur lease.Cursor
 	err := c.Pool.QueryRow(ctx, `WITH picked AS (
-			SELECT bucket FROM audit_cursors a WHERE (claimed_until IS NULL OR claimed_until < clock_timestamp())
+			SELECT bucket FROM audit_cursors a WHERE `+unclaimed+`
 			  AND (coalesce(cardinality($3::text[]), 0) = 0 OR bucket = ANY($3))
 			ORDER BY coalesce(passed_at, '-infinity'), bucket LIMIT 1 FOR UPDATE SKIP LOCKED)
-		UPDATE audit_cursors a SET claim_token = $1, tries = tries + 1, claimed_until = clock_timestamp() + $2::interval
+		UPDATE audit_cursors a SET claim_token = $1, tries = tries + 1, claimed_until = clock_timestamp() + $2::interval,
+			claim_session = $4
 		FROM picked WHERE a.bucket = picked.bucket
 		RETURNING a.bucket, a.marker, a.after_key, a.upload_key, a.upload_id, a.rounds, a.tries`,
-		lease.NewID(), claimFor.String(), only).Scan(&cur.Bucket, &cur.Marker, &cur.AfterKey, &cur.UploadKey, &cur.UploadID, &cur.Rounds, &cur.Tries)
+		lease.NewID(), claim.For.String(), only, nullSession(claim)).Scan(&cur.Bucket, &cur.Marker, &cur.AfterKey, &cur.UploadKey, &cur.UploadID, &cur.Rounds, &cur.Tries)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return lease.Cursor{}, false, nil
 	}
@@ -214,14 +225,14 @@ func (c *Catalog) ClaimAuditCursor(ctx context.Context, only []string, claimFor 
 func (c *Catalog) AdvanceAuditCursor(ctx context.Context, cur lease.Cursor, roundDone bool, rest time.Duration) error {
 	_, err := c.Pool.Exec(ctx, `UPDATE audit_cursors SET marker = $2, after_key = $3, upload_key = $4, upload_id = $5,
 		rounds = rounds + CASE WHEN $6 THEN 1 ELSE 0 END, tries = 0, last_error = NULL, passed_at = clock_timestamp(),
-		claim_token = NULL, claimed_until = clock_timestamp() + $7::interval
+		claim_token = NULL, claimed_until = clock_timestamp() + $7::interval, claim_session = NULL
 		WHERE bucket = $1`, cur.Bucket, cur.Marker, cur.AfterKey, cur.UploadKey, cur.UploadID, roundDone, rest.String())
 	return err
 }
 
 // AuditCursorFailed keeps the cursor where it was, claimed for backoff.
 func (c *Catalog) AuditCursorFailed(ctx context.Context, bucket string, backoff time.Duration, errText string) error {
-	_, err := c.Pool.Exec(ctx, `UPDATE audit_cursors SET claimed_until = clock_timestamp() + $2::interval, last_error = $3
+	_, err := c.Pool.Exec(ctx, `UPDATE audit_cursors SET claimed_until = clock_timestamp() + $2::interval, claim_session = NULL, last_error = $3
 		WHERE bucket = $1`, bucket, backoff.String(), errText)
 	return err
 }

@@ -19,7 +19,7 @@ func TestClaimAuditCursorWithoutFilter(t *testing.T) {
 	}
 	seen := map[string]bool{}
 	for {
-		cur, ok, err := c.ClaimAuditCursor(ctx, nil, time.Minute)
+		cur, ok, err := c.ClaimAuditCursor(ctx, nil, lease.Claim{For: time.Minute})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -34,7 +34,7 @@ func TestClaimAuditCursorWithoutFilter(t *testing.T) {
 	if !seen[bucket] {
 		t.Fatalf("the new bucket was never claimed (claimed %v)", seen)
 	}
-	cur, ok, err := c.ClaimAuditCursor(ctx, []string{bucket}, time.Minute)
+	cur, ok, err := c.ClaimAuditCursor(ctx, []string{bucket}, lease.Claim{For: time.Minute})
 	if err != nil || ok {
 		t.Fatalf("a claimed bucket was claimed again: %+v %v %v", cur, ok, err)
 	}

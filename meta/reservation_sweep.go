@@ -31,7 +31,7 @@ func (c *Catalog) ExpireReservations(ctx context.Context, limit int) (int, error
 // ClaimEndedReservations marks swept the ended reservations whose attempts
 // left nothing to clean up (none unresolved, no upload open, none current
 // at the key), and claims at most limit of the others, oldest end first.
-func (c *Catalog) ClaimEndedReservations(ctx context.Context, limit int, claimFor time.Duration) ([]lease.EndedReservation, error) {
+func (c *Catalog) ClaimEndedReservations(ctx context.Context, limit int, claim lease.Claim) ([]lease.EndedReservation, error) {
 	if _, err := c.Pool.Exec(ctx, `UPDATE reservations r SET swept_at = clock_timestamp()
 		WHERE r.state IN ('expired', 'cancelled') AND r.swept_at IS NULL
 		  AND NOT EXISTS (SELECT 1 FROM reservation_attempts a JOIN attempts t USING (attempt_id)
@@ -41,12 +41,11 @@ func (c *Catalog) ClaimEndedReservations(ctx context.Context, limit int, claimFo
 		return nil, err
 	}
 	rows, err := c.Pool.Query(ctx, `UPDATE reservations SET claim_token = gen_random_uuid(),
-			claimed_until = clock_timestamp() + $2::interval, tries = tries + 1
-		WHERE reservation_id IN (SELECT reservation_id FROM reservations
-			WHERE state IN ('expired', 'cancelled') AND swept_at IS NULL
-			  AND (claimed_until IS NULL OR claimed_until <= clock_timestamp())
+			claimed_until = clock_timestamp() + $2::interval, claim_session = $3, tries = tries + 1
+		WHERE reservation_id IN (SELECT reservation_id FROM reservations a
+			WHERE state IN ('expired', 'cancelled') AND swept_at IS NULL AND `+unclaimed+`
 			ORDER BY ended_at LIMIT $1 FOR UPDATE SKIP LOCKED)
-		RETURNING reservation_id::text, bucket, key, tries`, limit, claimFor.String())
+		RETURNING reservation_id::text, bucket, key, tries`, limit, claim.For.String(), nullSession(claim))
 	if err != nil {
 		return nil, err
 	}
@@ -110,7 +109,7 @@ func (c *Catalog) ReservationSwept(ctx context.Context, id string) error {
 // ReservationRetry keeps a reservation's claim for backoff after a store
 // failure.
 func (c *Catalog) ReservationRetry(ctx context.Context, id string, backoff time.Duration, errText string) error {
-	_, err := c.Pool.Exec(ctx, `UPDATE reservations SET claimed_until = clock_timestamp() + $2::interval, last_error = $3
+	_, err := c.Pool.Exec(ctx, `UPDATE reservations SET claimed_until = clock_timestamp() + $2::interval, claim_session = NULL, last_error = $3
 		WHERE reservation_id = $1`, id, backoff.String(), errText)
 	return err
 }

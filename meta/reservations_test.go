@@ -245,7 +245,7 @@ func TestReservationNotSweptWhileAnAttemptIsOpen(t *testing.T) {
 	if _, err := pool.Exec(ctx, `SELECT fencegate_reservation_end($1, 'cancelled', false)`, r.ID); err != nil {
 		t.Fatal(err)
 	}
-	claimed, err := c.ClaimEndedReservations(ctx, 100, time.Minute)
+	claimed, err := c.ClaimEndedReservations(ctx, 100, lease.Claim{For: time.Minute})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -266,6 +266,7 @@ CREATE TABLE public.reservations (
     swept_at timestamp with time zone,
     crc32c text,
     crc64nvme text,
+    claim_session uuid,
     CONSTRAINT reservations_check CHECK (((exact_size IS NULL) OR (max_size IS NULL))),
     CONSTRAINT reservations_exact_size_check CHECK ((exact_size >= 0)),
     CONSTRAINT reservations_max_size_check CHECK ((max_size >= 0)),
@@ -533,6 +534,7 @@ CREATE TABLE public.attempts (
     fence text,
     activity_at timestamp with time zone,
     unknown_at timestamp with time zone,
+    claim_session uuid,
     CONSTRAINT attempts_op_check CHECK ((op = ANY (ARRAY['put'::text, 'copy'::text, 'complete'::text, 'delete'::text, 'multipart'::text]))),
     CONSTRAINT attempts_state_check CHECK ((state = ANY (ARRAY['leased'::text, 'open'::text, 'committed'::text, 'adopted'::text, 'unknown'::text, 'failed'::text, 'aborted'::text])))
 );
@@ -548,7 +550,8 @@ CREATE TABLE public.audit_cursors (
     claimed_until timestamp with time zone,
     tries integer DEFAULT 0 NOT NULL,
     last_error text,
-    passed_at timestamp with time zone
+    passed_at timestamp with time zone,
+    claim_session uuid
 );
 
 CREATE TABLE public.bucket_notifications (
