@@ -156,6 +156,7 @@ func TestClaimsEndWithTheClaimingSession(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		t.Cleanup(func() { _ = c.EndSession(ctx, id) })
 		return id
 	}
 	for _, k := range claimKinds() {
