@@ -320,7 +320,7 @@ func (c *catalog) auditDiagnosis(ctx context.Context, bucket, auditJSON string) 
 		seen[f.Key] = true
 		rows, err := c.pool.Query(ctx, `SELECT attempt_id::text, op, state, coalesce(declared_size, -1), tries,
 				coalesce(extract(epoch FROM claimed_until - clock_timestamp())::int, 0), coalesce(last_error, ''), coalesce(reason, ''),
-				extract(epoch FROM clock_timestamp() - updated_at)::int
+				extract(epoch FROM clock_timestamp() - updated_at)::int, `+claimSessionState+`
 			FROM attempts WHERE bucket = $1 AND key = $2 ORDER BY created_at`, bucket, f.Key)
 		if err != nil {
 			fmt.Fprintf(&b, "\n  %s: %v", f.Key, err)
@@ -328,27 +328,33 @@ func (c *catalog) auditDiagnosis(ctx context.Context, bucket, auditJSON string) 
 		}
 		fmt.Fprintf(&b, "\n  %s's attempts:", f.Key)
 		for rows.Next() {
-			var id, op, state, lastErr, reason string
+			var id, op, state, lastErr, reason, claimer string
 			var size int64
 			var tries, claimedFor, age int
-			if err := rows.Scan(&id, &op, &state, &size, &tries, &claimedFor, &lastErr, &reason, &age); err != nil {
+			if err := rows.Scan(&id, &op, &state, &size, &tries, &claimedFor, &lastErr, &reason, &age, &claimer); err != nil {
 				fmt.Fprintf(&b, " %v", err)
 				break
 			}
-			fmt.Fprintf(&b, "\n    %s %s %s size %d, tries %d, claimed %d s more, updated %d s ago, reason %q, last error %q",
-				id, op, state, size, tries, claimedFor, age, reason, lastErr)
+			fmt.Fprintf(&b, "\n    %s %s %s size %d, tries %d, claimed %d s more (%s), updated %d s ago, reason %q, last error %q",
+				id, op, state, size, tries, claimedFor, claimer, age, reason, lastErr)
 		}
 		rows.Close()
 	}
 	var tries, claimedFor, passedAgo int
-	var lastErr string
+	var lastErr, claimer string
 	if err := c.pool.QueryRow(ctx, `SELECT tries, coalesce(extract(epoch FROM claimed_until - clock_timestamp())::int, 0),
-			coalesce(last_error, ''), coalesce(extract(epoch FROM clock_timestamp() - passed_at)::int, -1)
-		FROM audit_cursors WHERE bucket = $1`, bucket).Scan(&tries, &claimedFor, &lastErr, &passedAgo); err != nil {
+			coalesce(last_error, ''), coalesce(extract(epoch FROM clock_timestamp() - passed_at)::int, -1), `+claimSessionState+`
+		FROM audit_cursors WHERE bucket = $1`, bucket).Scan(&tries, &claimedFor, &lastErr, &passedAgo, &claimer); err != nil {
 		fmt.Fprintf(&b, "\n  the bucket's audit cursor: %v", err)
 	} else {
-		fmt.Fprintf(&b, "\n  the bucket's audit cursor: tries %d, claimed %d s more, passed %d s ago, last error %q",
-			tries, claimedFor, passedAgo, lastErr)
+		fmt.Fprintf(&b, "\n  the bucket's audit cursor: tries %d, claimed %d s more (%s), passed %d s ago, last error %q",
+			tries, claimedFor, claimer, passedAgo, lastErr)
 	}
 	return b.String()
 }
+
+// claimSessionState says whose a work item's claim is: a back-off or rest
+// (no session), a live gateway's, or an ended session's (claimable now).
+const claimSessionState = `CASE WHEN claim_session IS NULL THEN 'no claiming session'
+	WHEN EXISTS (SELECT 1 FROM sessions s WHERE s.session_id = claim_session AND s.ended_at IS NULL
+		AND s.expires_at > clock_timestamp()) THEN 'by a live session' ELSE 'by an ended session' END`
