@@ -11,8 +11,9 @@ import (
 
 // A chaos campaign whose audit never comes clean reports each finding's
 // key's attempts with their state, tries, the claim still held (and whether
-// its gateway's session lives) and the last error, and the bucket's audit cursor: what a campaign that failed in CI
-// must say, since its evidence folder is gone with the machine.
+// its gateway's session lives) and the last error, and the bucket's audit
+// cursor: what a campaign that failed in CI must say, since its evidence
+// folder is gone with the machine.
 func TestChaosAuditDiagnosis(t *testing.T) {
 	ctx := context.Background()
 	pool := packageKeys(t).Pool

@@ -167,12 +167,10 @@ type Claim struct {
 	Session string
 }
 
-// claim is a claim for d bound to this gateway's session while it is up.
+// claim is a claim for d bound to this gateway's session while it is up
+// (current names none while it is down).
 func (m *Manager) claim(d time.Duration) Claim {
-	sid, _, err := m.sess.current()
-	if err != nil {
-		sid = ""
-	}
+	sid, _, _ := m.sess.current()
 	return Claim{For: d, Session: sid}
 }
 

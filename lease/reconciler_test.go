@@ -200,9 +200,9 @@ func TestReconcilerRetriesAFailedSettleAfterTheBackOff(t *testing.T) {
 
 // A gateway that crashes while its reconciler holds a key's claim (here:
 // inside the settle's HEAD, frozen there: a killed process writes nothing
-// more) does not keep the key from the others for the
-// claim period: once its session has expired, another gateway's reconciler
-// claims and settles the key. Before, the claim held for ClaimFor (2 x the
+// more) does not keep the key from the others for the claim period: once
+// its session has expired, another gateway's reconciler claims and settles
+// the key. Before, the claim held for ClaimFor (2 x the
 // lease TTL, 120 s by default) whatever became of its gateway.
 func TestAClaimEndsWithTheCrashedGatewaysSession(t *testing.T) {
 	c := catalog(t)

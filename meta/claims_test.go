@@ -21,6 +21,18 @@ type claimKind struct {
 	backOff func(ctx context.Context, c *Catalog, id string, d time.Duration) error
 }
 
+// idsOf takes a claim's result and returns a function that names each
+// claimed item by id.
+func idsOf[T any](items []T, err error) func(id func(T) string) ([]string, error) {
+	return func(id func(T) string) ([]string, error) {
+		ids := make([]string, 0, len(items))
+		for _, it := range items {
+			ids = append(ids, id(it))
+		}
+		return ids, err
+	}
+}
+
 func claimKinds() []claimKind {
 	oldAttempt := func(t *testing.T, ctx context.Context, c *Catalog, op, state, uploadID string) string {
 		id := lease.NewID()
@@ -38,12 +50,7 @@ func claimKinds() []claimKind {
 				return oldAttempt(t, ctx, c, "put", lease.StateUnknown, "")
 			},
 			claim: func(ctx context.Context, c *Catalog, claim lease.Claim) ([]string, error) {
-				keys, err := c.ClaimUnresolved(ctx, 10000, claim, time.Second)
-				var ids []string
-				for _, k := range keys {
-					ids = append(ids, k[1])
-				}
-				return ids, err
+				return idsOf(c.ClaimUnresolved(ctx, 10000, claim, time.Second))(func(k [2]string) string { return k[1] })
 			},
 			backOff: func(ctx context.Context, c *Catalog, id string, d time.Duration) error {
 				return c.RetryKeyLater(ctx, "claims", id, d, d, "store down")
@@ -55,12 +62,7 @@ func claimKinds() []claimKind {
 				return oldAttempt(t, ctx, c, "multipart", lease.StateOpen, "up-"+lease.NewID())
 			},
 			claim: func(ctx context.Context, c *Catalog, claim lease.Claim) ([]string, error) {
-				ups, err := c.ClaimAbandonedUploads(ctx, 10000, time.Second, claim)
-				var ids []string
-				for _, u := range ups {
-					ids = append(ids, u.AttemptID)
-				}
-				return ids, err
+				return idsOf(c.ClaimAbandonedUploads(ctx, 10000, time.Second, claim))(func(u lease.AbandonedUpload) string { return u.AttemptID })
 			},
 			backOff: func(ctx context.Context, c *Catalog, id string, d time.Duration) error {
 				return c.RetryLater(ctx, id, d, "store down")
@@ -72,12 +74,7 @@ func claimKinds() []claimKind {
 				return oldAttempt(t, ctx, c, "multipart", lease.StateUnknown, "")
 			},
 			claim: func(ctx context.Context, c *Catalog, claim lease.Claim) ([]string, error) {
-				ups, err := c.ClaimUnboundUploads(ctx, 10000, time.Second, claim)
-				var ids []string
-				for _, u := range ups {
-					ids = append(ids, u.AttemptID)
-				}
-				return ids, err
+				return idsOf(c.ClaimUnboundUploads(ctx, 10000, time.Second, claim))(func(u lease.UploadWithoutID) string { return u.AttemptID })
 			},
 			backOff: func(ctx context.Context, c *Catalog, id string, d time.Duration) error {
 				return c.RetryLater(ctx, id, d, "store down")
@@ -129,12 +126,7 @@ func claimKinds() []claimKind {
 				return r.ID
 			},
 			claim: func(ctx context.Context, c *Catalog, claim lease.Claim) ([]string, error) {
-				ended, err := c.ClaimEndedReservations(ctx, 10000, claim)
-				var ids []string
-				for _, e := range ended {
-					ids = append(ids, e.ID)
-				}
-				return ids, err
+				return idsOf(c.ClaimEndedReservations(ctx, 10000, claim))(func(e lease.EndedReservation) string { return e.ID })
 			},
 			backOff: func(ctx context.Context, c *Catalog, id string, d time.Duration) error {
 				return c.ReservationRetry(ctx, id, d, "store down")
@@ -145,8 +137,8 @@ func claimKinds() []claimKind {
 
 // TestClaimsEndWithTheClaimingSession: a work item claimed by a gateway
 // whose session then ends (it crashed, or was partitioned past its session
-// timeout; or it stopped) is claimable by another gateway at once, not only when the claim
-// period runs out; a live session's claim keeps others off. A back-off after
+// timeout; or it stopped) is claimable by another gateway at once, not only
+// when the claim period runs out; a live session's claim keeps others off. A back-off after
 // a failed try is a wait, not a claim: it holds whoever made it.
 func TestClaimsEndWithTheClaimingSession(t *testing.T) {
 	c := &Catalog{Pool: migratedPool(t)}
