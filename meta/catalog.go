@@ -53,7 +53,7 @@ func (c *Catalog) Acquire(ctx context.Context, p lease.AcquireParams) (*lease.Ac
 			p.Bucket, p.Key, a.ID, p.TTL.String(), mode, a.Op, a.Gateway, nullSize(a.DeclaredSize), a.Checksum, nullID(a.UploadAttempt),
 			nullID(p.Session), p.Wait).
 			QueryRow(func(row pgx.Row) error { return row.Scan(&ok, &deadFor, &liveFor) })
-		queueKeyState(b, p.Bucket, p.Key, ks)
+		queueKeyState(b, p.Bucket, p.Key, a.ID, ks)
 		if bindable {
 			// The write's reservation is bound in the acquire's transaction
 			// (saving the bind's own: docs/COST.md), only if the acquire
@@ -153,7 +153,7 @@ func (c *Catalog) Release(ctx context.Context, bucket, key, holder string, end l
 func (c *Catalog) KeyState(ctx context.Context, bucket, key string) (lease.KeyState, error) {
 	var ks lease.KeyState
 	b := &pgx.Batch{}
-	queueKeyState(b, bucket, key, &ks)
+	queueKeyState(b, bucket, key, "", &ks)
 	err := c.Pool.SendBatch(ctx, b).Close()
 	return ks, err
 }
@@ -161,8 +161,11 @@ func (c *Catalog) KeyState(ctx context.Context, bucket, key string) (lease.KeySt
 // queueKeyState reads the key's catalog entry, its bucket's import state and
 // its unresolved attempts into ks. Consistent without a snapshot: everything
 // that changes these rows for the key happens under the key's lease, which the
-// caller holds.
-func queueKeyState(b *pgx.Batch, bucket, key string, ks *lease.KeyState) {
+// caller holds. holder, when not empty, is the attempt that lease was just
+// given to in the same batch: it is live, so it is left out of the unresolved
+// attempts without looking up its lease and session (a leases and a sessions
+// probe per write, docs/COST.md). If its acquire failed the state is unused.
+func queueKeyState(b *pgx.Batch, bucket, key, holder string, ks *lease.KeyState) {
 	b.Queue(`SELECT generation, etag, size, attempt_id::text, deleted, origin, committed_at
 		FROM catalog WHERE bucket = $1 AND key = $2`, bucket, key).QueryRow(func(row pgx.Row) error {
 		var e lease.Entry
@@ -182,8 +185,9 @@ func queueKeyState(b *pgx.Batch, bucket, key string, ks *lease.KeyState) {
 		return row.Scan(&ks.BucketComplete)
 	})
 	b.Queue(`SELECT `+attemptColumns+` FROM attempts a
-		WHERE bucket = $1 AND key = $2 AND op <> 'multipart' AND (state = 'unknown' OR (state = 'leased' AND `+holderGone+`))
-		ORDER BY created_at`, bucket, key).Query(func(rows pgx.Rows) error {
+		WHERE bucket = $1 AND key = $2 AND op <> 'multipart' AND attempt_id IS DISTINCT FROM $3::uuid
+		  AND (state = 'unknown' OR (state = 'leased' AND `+holderGone+`))
+		ORDER BY created_at`, bucket, key, nullID(holder)).Query(func(rows pgx.Rows) error {
 		var err error
 		ks.Unresolved, err = scanAttempts(rows, nil)
 		return err
@@ -288,7 +292,7 @@ func (c *Catalog) CommitHandOver(ctx context.Context, p lease.CommitParams, next
 			p.Bucket, p.Key, p.Holder, nullID(p.Settled), p.SettledState, e.ETag, nullSize(e.Size), nullID(e.AttemptID), e.Deleted, e.Origin,
 			a.ID, next.TTL.String(), a.Op, a.Gateway, nullSize(a.DeclaredSize), a.Checksum, nullID(a.UploadAttempt), nullID(next.Session)).
 			QueryRow(func(row pgx.Row) error { return row.Scan(&gen, &acquired) })
-		queueKeyState(b, p.Bucket, p.Key, ks)
+		queueKeyState(b, p.Bucket, p.Key, a.ID, ks)
 	}})
 	if err != nil {
 		return 0, nil, err
