@@ -375,11 +375,14 @@ func TestNotifyWebhookFlakyReceiver(t *testing.T) {
 }
 
 // A gateway killed while it delivers: the other gateway takes the target's
-// claim over once it expires, and every committed event is still delivered.
+// claim over once the killed gateway's session expires (10 s), although the
+// claim itself would last 10 minutes, and every committed event is still
+// delivered.
 func TestNotifyGatewayKilledMidDelivery(t *testing.T) {
 	store := testenv.Store(t)
-	gA := startGatewayProcess(t, store, fastNotifyEnv...)
-	gB := startGatewayProcess(t, store, fastNotifyEnv...)
+	env := append(slices.Clone(fastNotifyEnv), "FENCEGATE_NOTIFY_CLAIM=10m")
+	gA := startGatewayProcess(t, store, env...)
+	gB := startGatewayProcess(t, store, env...)
 	bucket := "t-notify-kill-" + randomSuffix()
 	createBucket(t, gA.Endpoint, bucket)
 	// A slow receiver, so the kill lands mid-delivery.
@@ -410,6 +413,9 @@ func TestNotifyGatewayKilledMidDelivery(t *testing.T) {
 	// The survivor writes more meanwhile.
 	mixedWorkload(t, survivor.Endpoint, bucket, 2, 40, time.Second, 0, nil)
 	waitFor(t, "the survivor to drain the queue", 60*time.Second, func() bool { return queueEmpty(t, tg.Name) })
+	if took := time.Since(killedAt); took < 5*time.Second {
+		t.Errorf("the queue drained %v after the kill, before the killed gateway's session (10 s) could have expired: was it delivering?", took)
+	}
 	dups := checkDelivered(t, committedEvents(t, bucket), rcv.events(), "")
 	t.Logf("queue drained %v after the kill; %d events received, %d duplicates", time.Since(killedAt).Round(time.Millisecond), len(rcv.events()), dups)
 }
