@@ -22,7 +22,7 @@ import (
 // (or was pruned).
 const unclaimed = `(a.claimed_until IS NULL OR a.claimed_until < clock_timestamp()
 	OR (a.claim_session IS NOT NULL AND NOT EXISTS (SELECT 1 FROM sessions s WHERE s.session_id = a.claim_session
-		AND s.ended_at IS NULL AND s.expires_at > clock_timestamp())))`
+		AND ` + sessionLive + `)))`
 
 // nullSession is a lease.Claim's session as a query argument.
 func nullSession(c lease.Claim) any { return nullID(c.Session) }

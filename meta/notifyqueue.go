@@ -23,12 +23,16 @@ func (t *Targets) DeliveryTargets(ctx context.Context) ([]notify.Target, error) 
 }
 
 // ClaimTarget takes the target's claim if it is free, expired or holder's
-// own, and extends it to claimFor from now on PostgreSQL's clock.
+// own, and extends it to claimFor from now on PostgreSQL's clock. A holder is
+// a gateway's session: a claim whose holder's session has ended or expired
+// (the gateway stopped, crashed or lost PostgreSQL) is free at once. A holder
+// that no session row names keeps the claim for its period.
 func (t *Targets) ClaimTarget(ctx context.Context, target, holder string, claimFor time.Duration) (bool, error) {
 	tag, err := t.Pool.Exec(ctx, `INSERT INTO notify_claims (target, holder, claimed_until)
 		VALUES ($1, $2, clock_timestamp() + $3::interval)
 		ON CONFLICT (target) DO UPDATE SET holder = EXCLUDED.holder, claimed_until = EXCLUDED.claimed_until
-		WHERE notify_claims.holder = EXCLUDED.holder OR notify_claims.claimed_until < clock_timestamp()`,
+		WHERE notify_claims.holder = EXCLUDED.holder OR notify_claims.claimed_until < clock_timestamp()
+		   OR EXISTS (SELECT 1 FROM sessions s WHERE s.session_id = notify_claims.holder AND NOT `+sessionLive+`)`,
 		target, holder, claimFor.String())
 	return err == nil && tag.RowsAffected() == 1, err
 }

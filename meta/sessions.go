@@ -18,6 +18,11 @@ import (
 // as dead, as it would have anyway.
 const sessionsKept = "7 days"
 
+// sessionLive is the liveness rule for a sessions row aliased s: not ended,
+// its expiry ahead on PostgreSQL's clock. fencegate_lease_live applies the
+// same rule to a lease's session (migrations/0006_gateway_sessions.sql).
+const sessionLive = `(s.ended_at IS NULL AND s.expires_at > clock_timestamp())`
+
 // OpenSession starts a session for gateway, alive for timeout unless
 // extended, and returns its id.
 func (c *Catalog) OpenSession(ctx context.Context, gateway string, timeout time.Duration) (string, error) {
@@ -37,10 +42,10 @@ func (c *Catalog) OpenSession(ctx context.Context, gateway string, timeout time.
 // since its keys may be others' by now). live counts the sessions alive.
 func (c *Catalog) Heartbeat(ctx context.Context, id string, timeout time.Duration) (alive bool, live int, err error) {
 	err = c.Pool.QueryRow(ctx, `WITH beat AS (
-			UPDATE sessions SET heartbeat_at = clock_timestamp(), expires_at = clock_timestamp() + $2::interval
-			WHERE session_id = $1 AND ended_at IS NULL AND expires_at > clock_timestamp() RETURNING 1)
+			UPDATE sessions s SET heartbeat_at = clock_timestamp(), expires_at = clock_timestamp() + $2::interval
+			WHERE session_id = $1 AND `+sessionLive+` RETURNING 1)
 		SELECT EXISTS (SELECT 1 FROM beat),
-			(SELECT count(*) FROM sessions WHERE ended_at IS NULL AND expires_at > clock_timestamp())`,
+			(SELECT count(*) FROM sessions s WHERE `+sessionLive+`)`,
 		id, timeout.String()).Scan(&alive, &live)
 	return alive, live, err
 }
@@ -77,10 +82,10 @@ type SessionLease struct {
 // oldest first, each with its leases (for `fencegate status`).
 func (c *Catalog) Sessions(ctx context.Context) ([]SessionInfo, error) {
 	rows, err := c.Pool.Query(ctx, `SELECT s.session_id::text, s.gateway, s.started_at, s.heartbeat_at, s.expires_at, s.ended_at,
-			s.ended_at IS NULL AND s.expires_at > clock_timestamp(),
+			`+sessionLive+`,
 			l.bucket, l.key, l.holder::text, l.expires_at, fencegate_lease_live(l.holder, l.expires_at, l.session)
 		FROM sessions s LEFT JOIN leases l ON l.session = s.session_id AND l.holder IS NOT NULL
-		WHERE (s.ended_at IS NULL AND s.expires_at > clock_timestamp()) OR l.holder IS NOT NULL
+		WHERE `+sessionLive+` OR l.holder IS NOT NULL
 		ORDER BY s.started_at, s.session_id, l.bucket, l.key`)
 	if err != nil {
 		return nil, err

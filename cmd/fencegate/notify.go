@@ -21,7 +21,7 @@ func (c *serveConfig) defineNotify(f envFlags) {
 	f.Duration(&n.RetryBase, "notify-retry", "FENCEGATE_NOTIFY_RETRY", 500*time.Millisecond, "first back-off after a failed try; doubles per try, with jitter")
 	f.Duration(&n.RetryMax, "notify-retry-max", "FENCEGATE_NOTIFY_RETRY_MAX", time.Minute, "longest back-off between tries")
 	f.Duration(&n.Timeout, "notify-timeout", "FENCEGATE_NOTIFY_TIMEOUT", 10*time.Second, "one webhook POST or NATS publish; longer is a failed try")
-	f.Duration(&n.ClaimFor, "notify-claim", "FENCEGATE_NOTIFY_CLAIM", 15*time.Second, "a target's delivery claim lasts this long unless renewed; another gateway takes the target over after it")
+	f.Duration(&n.ClaimFor, "notify-claim", "FENCEGATE_NOTIFY_CLAIM", 15*time.Second, "a target's delivery claim lasts this long unless renewed; another gateway takes the target over after it, or once the holder's session has expired")
 	f.Duration(&n.Poll, "notify-poll", "FENCEGATE_NOTIFY_POLL", 500*time.Millisecond, "how often an idle target's queue is read again")
 	f.Int(&n.Parallel, "notify-parallel", "FENCEGATE_NOTIFY_PARALLEL", 16, "keys of one target delivered at once (each key's events in order)")
 }
