@@ -3,9 +3,11 @@ package meta
 import (
 	"context"
 	"fmt"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/fencegate/fencegate/internal/notify"
 	"github.com/fencegate/fencegate/lease"
 )
 
@@ -105,5 +107,57 @@ func TestDueGivesEachKeyItsFirstEvent(t *testing.T) {
 	}
 	if fmt.Sprint(got) != "[hot/1 cold/6]" {
 		t.Fatalf("Due(limit 3) = %v, want each key's first due event: [hot/1 cold/6]", got)
+	}
+}
+
+// TestADelivererClaimsUnderItsCurrentSession: a gateway whose session died
+// (PostgreSQL out of reach past the timeout) opens a new one and keeps
+// delivering; its targets' claims must move to the new session. Held under
+// the dead one, any gateway could take them at any poll, and two gateways
+// whose sessions were both replaced (a PostgreSQL restart) would take a
+// target from each other at every poll, both delivering.
+func TestADelivererClaimsUnderItsCurrentSession(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	c := &Catalog{Pool: migratedPool(t)}
+	session := func() string {
+		id, err := c.OpenSession(ctx, "gw-"+lease.NewID()[:8], time.Hour)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return id
+	}
+	target := "current-" + lease.NewID()[:8]
+	if _, err := c.Pool.Exec(ctx, `INSERT INTO notify_targets (name, kind, url) VALUES ($1, 'webhook', 'http://127.0.0.1:1/')`, target); err != nil {
+		t.Fatal(err)
+	}
+	first, second, other := session(), session(), session()
+	var current atomic.Value
+	current.Store(first)
+	svc := notify.NewService(notify.Config{Poll: 20 * time.Millisecond, ClaimFor: 300 * time.Millisecond},
+		&Targets{Pool: c.Pool}, func() string { return current.Load().(string) }, nil)
+	svc.Start(ctx)
+	t.Cleanup(func() { cancel(); svc.Wait() })
+	holderIs := func(want string) {
+		t.Helper()
+		var got string
+		for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+			if err := c.Pool.QueryRow(ctx, `SELECT coalesce((SELECT holder::text FROM notify_claims WHERE target = $1), '')`, target).Scan(&got); err != nil {
+				t.Fatal(err)
+			}
+			if got == want {
+				return
+			}
+		}
+		t.Fatalf("the target's claim is held by %q, not %q", got, want)
+	}
+	holderIs(first)
+	// The first session expires; the gateway opens the second.
+	if _, err := c.Pool.Exec(ctx, `UPDATE sessions SET expires_at = clock_timestamp() WHERE session_id = $1`, first); err != nil {
+		t.Fatal(err)
+	}
+	current.Store(second)
+	holderIs(second)
+	if held, err := (&Targets{Pool: c.Pool}).ClaimTarget(ctx, target, other, time.Hour); err != nil || held {
+		t.Fatalf("another gateway took the target from a live session's deliverer: %v %v", held, err)
 	}
 }

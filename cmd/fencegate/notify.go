@@ -28,7 +28,7 @@ func (c *serveConfig) defineNotify(f envFlags) {
 
 // startNotify runs the delivery service as holder until ctx ends; the
 // returned func waits for it.
-func startNotify(ctx context.Context, c serveConfig, pool *pgxpool.Pool, sealer *meta.Sealer, holder string,
+func startNotify(ctx context.Context, c serveConfig, pool *pgxpool.Pool, sealer *meta.Sealer, holder func() string,
 	reg prometheus.Registerer, log *slog.Logger) func() {
 	if c.NotifyOff {
 		return func() {}

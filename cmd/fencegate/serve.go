@@ -346,7 +346,7 @@ func runServe(ctx context.Context, cfg serveConfig, started func(s3Addr, adminAd
 	// Event notifications: delivered while this gateway holds a target's
 	// claim; stopped (claims released) before the session ends.
 	notifyCtx, stopNotify := context.WithCancel(ctx)
-	waitNotify := startNotify(notifyCtx, cfg, pool, sealer, leases.SessionID(), srv.Registry(), log)
+	waitNotify := startNotify(notifyCtx, cfg, pool, sealer, leases.SessionID, srv.Registry(), log)
 	defer func() {
 		stopNotify()
 		waitNotify()

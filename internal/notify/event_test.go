@@ -47,7 +47,7 @@ func TestEventBody(t *testing.T) {
 
 // Back-off doubles per try up to the maximum, with half of it random.
 func TestBackoff(t *testing.T) {
-	s := NewService(Config{RetryBase: 100 * time.Millisecond, RetryMax: time.Second}, nil, "h", nil)
+	s := NewService(Config{RetryBase: 100 * time.Millisecond, RetryMax: time.Second}, nil, func() string { return "h" }, nil)
 	for tries, base := range []time.Duration{100, 200, 400, 800, 1000, 1000} {
 		base *= time.Millisecond
 		for range 50 {

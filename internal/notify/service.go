@@ -81,13 +81,13 @@ type Service struct {
 	wg      sync.WaitGroup
 }
 
-// NewService makes a service delivering as holder (a unique id per process).
-func NewService(cfg Config, q Queue, holder string, log *slog.Logger) *Service {
+// NewService makes a service delivering as holder (the gateway's session).
+func NewService(cfg Config, q Queue, holder func() string, log *slog.Logger) *Service {
 	cfg.setDefaults()
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Service{cfg: cfg, q: q, holder: holder, log: log}
+	return &Service{cfg: cfg, q: q, holder: holder(), log: log}
 }
 
 // Start runs the service until ctx ends; Wait waits for it.
