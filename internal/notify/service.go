@@ -75,19 +75,22 @@ func (c *Config) setDefaults() {
 type Service struct {
 	cfg     Config
 	q       Queue
-	holder  string
+	holder  func() string // the gateway's current session; "" while it has none
 	log     *slog.Logger
 	Metrics *Metrics // optional
 	wg      sync.WaitGroup
 }
 
-// NewService makes a service delivering as holder (the gateway's session).
+// NewService makes a service delivering as holder: the gateway's current
+// session, read at every claim, so a session replaced after it died takes
+// its targets' claims over from the dead one ("" while there is none: no
+// claim is taken or kept).
 func NewService(cfg Config, q Queue, holder func() string, log *slog.Logger) *Service {
 	cfg.setDefaults()
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Service{cfg: cfg, q: q, holder: holder(), log: log}
+	return &Service{cfg: cfg, q: q, holder: holder, log: log}
 }
 
 // Start runs the service until ctx ends; Wait waits for it.
@@ -172,19 +175,23 @@ func (s *Service) deliverTarget(ctx context.Context, t Target) {
 		return
 	}
 	defer snd.close()
+	var claimedAs string // the session the claim was last taken or renewed under
 	defer func() {
+		if claimedAs == "" {
+			return
+		}
 		rctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		defer cancel()
-		_ = s.q.ReleaseTarget(rctx, t.Name, s.holder)
+		_ = s.q.ReleaseTarget(rctx, t.Name, claimedAs)
 	}()
 	for ctx.Err() == nil {
-		held, err := s.q.ClaimTarget(ctx, t.Name, s.holder, s.cfg.ClaimFor)
+		held, err := s.claim(ctx, t, &claimedAs)
 		if err != nil && ctx.Err() == nil {
 			s.log.Warn("notify: could not claim a target", "target", t.Name, "err", err)
 		}
 		n := 0
 		if held {
-			n = s.round(ctx, t, snd)
+			n = s.round(ctx, t, snd, &claimedAs)
 		}
 		if n == 0 {
 			select {
@@ -195,10 +202,24 @@ func (s *Service) deliverTarget(ctx context.Context, t Target) {
 	}
 }
 
+// claim takes or renews the target's claim under the gateway's current
+// session, noting it in claimedAs; without a session it holds nothing.
+func (s *Service) claim(ctx context.Context, t Target, claimedAs *string) (bool, error) {
+	holder := s.holder()
+	if holder == "" {
+		return false, nil
+	}
+	held, err := s.q.ClaimTarget(ctx, t.Name, holder, s.cfg.ClaimFor)
+	if held {
+		*claimedAs = holder
+	}
+	return held, err
+}
+
 // round delivers due events under the claim, renewing it meanwhile, until
 // nothing is due or in flight (pipeline.go); a claim lost cuts the round. It
 // returns how many events it sent.
-func (s *Service) round(ctx context.Context, t Target, snd sender) int {
+func (s *Service) round(ctx context.Context, t Target, snd sender, claimedAs *string) int {
 	rctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	renewed := make(chan struct{})
@@ -212,7 +233,7 @@ func (s *Service) round(ctx context.Context, t Target, snd sender) int {
 				return
 			case <-tick.C:
 			}
-			held, err := s.q.ClaimTarget(rctx, t.Name, s.holder, s.cfg.ClaimFor)
+			held, err := s.claim(rctx, t, claimedAs)
 			if !held || err != nil {
 				s.log.Warn("notify: lost a target's claim mid-round", "target", t.Name, "err", err)
 				cancel()
