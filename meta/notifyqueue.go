@@ -28,14 +28,19 @@ func (t *Targets) DeliveryTargets(ctx context.Context) ([]notify.Target, error) 
 // (the gateway stopped, crashed or lost PostgreSQL) is free at once. A holder
 // that no session row names keeps the claim for its period.
 func (t *Targets) ClaimTarget(ctx context.Context, target, holder string, claimFor time.Duration) (bool, error) {
-	tag, err := t.Pool.Exec(ctx, `INSERT INTO notify_claims (target, holder, claimed_until)
+	tag, err := t.Pool.Exec(ctx, `INSERT INTO notify_claims AS c (target, holder, claimed_until)
 		VALUES ($1, $2, clock_timestamp() + $3::interval)
 		ON CONFLICT (target) DO UPDATE SET holder = EXCLUDED.holder, claimed_until = EXCLUDED.claimed_until
-		WHERE notify_claims.holder = EXCLUDED.holder OR notify_claims.claimed_until < clock_timestamp()
-		   OR EXISTS (SELECT 1 FROM sessions s WHERE s.session_id = notify_claims.holder AND NOT `+sessionLive+`)`,
+		WHERE c.holder = EXCLUDED.holder OR `+targetClaimFree,
 		target, holder, claimFor.String())
 	return err == nil && tag.RowsAffected() == 1, err
 }
+
+// targetClaimFree is true of a notify_claims row aliased c that another
+// holder may take: its period ran out, or its holder's session ended or
+// expired.
+const targetClaimFree = `(c.claimed_until < clock_timestamp()
+	OR EXISTS (SELECT 1 FROM sessions s WHERE s.session_id = c.holder AND NOT ` + sessionLive + `))`
 
 // ReleaseTarget gives the claim up, so another gateway need not wait for it
 // to expire.

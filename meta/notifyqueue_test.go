@@ -51,6 +51,19 @@ func TestATargetsClaimEndsWithItsHoldersSession(t *testing.T) {
 	if err := c.EndSession(ctx, stopped); err != nil {
 		t.Fatal(err)
 	}
+	// `fencegate status` shows a dead session's claim as free.
+	if _, err := c.Pool.Exec(ctx, `INSERT INTO notify_targets (name, kind, url) VALUES ('crashed', 'webhook', 'http://127.0.0.1:1/')`); err != nil {
+		t.Fatal(err)
+	}
+	st, err := c.ReadStatus(ctx, time.Hour, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, ts := range st.Notifications {
+		if ts.Name == "crashed" && ts.Holder != "" {
+			t.Fatalf("status shows the crashed gateway's session %s delivering the target", ts.Holder)
+		}
+	}
 	for target, holder := range map[string]string{"crashed": crashed, "stopped": stopped} {
 		if !claim(target, survivor) {
 			t.Fatalf("%s: not taken after its holder's session ended (the claim held for its whole period)", target)

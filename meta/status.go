@@ -166,7 +166,7 @@ func (c *Catalog) ReadStatus(ctx context.Context, uploadIdle, createSettle time.
 		(SELECT count(*) FROM notify_queue q WHERE q.target = t.name),
 		(SELECT count(*) FROM notify_dead_letters d WHERE d.target = t.name),
 		coalesce((SELECT extract(epoch FROM clock_timestamp() - min(committed_at)) FROM notify_queue q WHERE q.target = t.name), 0),
-		coalesce((SELECT holder::text FROM notify_claims c WHERE c.target = t.name AND c.claimed_until > clock_timestamp()), '')
+		coalesce((SELECT holder::text FROM notify_claims c WHERE c.target = t.name AND NOT `+targetClaimFree+`), '')
 		FROM notify_targets t ORDER BY t.name`)
 	if err != nil {
 		return s, err
