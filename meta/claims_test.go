@@ -21,6 +21,19 @@ type claimKind struct {
 	backOff func(ctx context.Context, c *Catalog, id string, d time.Duration) error
 }
 
+// openTestSession opens a gateway session, alive for an hour unless ended
+// or expired by the test, and ends it when the test does.
+func openTestSession(t *testing.T, c *Catalog) string {
+	t.Helper()
+	ctx := context.Background()
+	id, err := c.OpenSession(ctx, "gw-"+lease.NewID()[:8], time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.EndSession(ctx, id) })
+	return id
+}
+
 // idsOf takes a claim's result and returns a function that names each
 // claimed item by id.
 func idsOf[T any](items []T, err error) func(id func(T) string) ([]string, error) {
@@ -143,14 +156,7 @@ func claimKinds() []claimKind {
 func TestClaimsEndWithTheClaimingSession(t *testing.T) {
 	c := &Catalog{Pool: migratedPool(t)}
 	ctx := context.Background()
-	session := func() string {
-		id, err := c.OpenSession(ctx, "gw-"+lease.NewID()[:8], time.Hour)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = c.EndSession(ctx, id) })
-		return id
-	}
+	session := func() string { return openTestSession(t, c) }
 	for _, k := range claimKinds() {
 		t.Run(k.name, func(t *testing.T) {
 			id := k.item(t, ctx, c)

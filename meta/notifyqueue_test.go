@@ -7,9 +7,19 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/fencegate/fencegate/internal/notify"
 	"github.com/fencegate/fencegate/lease"
 )
+
+// addTestTarget adds a webhook target nothing listens for.
+func addTestTarget(t *testing.T, pool *pgxpool.Pool, name string) {
+	t.Helper()
+	if _, err := pool.Exec(context.Background(), `INSERT INTO notify_targets (name, kind, url) VALUES ($1, 'webhook', 'http://127.0.0.1:1/')`, name); err != nil {
+		t.Fatal(err)
+	}
+}
 
 // TestATargetsClaimEndsWithItsHoldersSession: a target's delivery claim is
 // held by a gateway's session. A gateway that crashed (its session expired
@@ -20,14 +30,6 @@ func TestATargetsClaimEndsWithItsHoldersSession(t *testing.T) {
 	ctx := context.Background()
 	c := &Catalog{Pool: migratedPool(t)}
 	q := &Targets{Pool: c.Pool}
-	session := func() string {
-		id, err := c.OpenSession(ctx, "gw-"+lease.NewID()[:8], time.Hour)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = c.EndSession(ctx, id) })
-		return id
-	}
 	claim := func(target, holder string) bool {
 		t.Helper()
 		held, err := q.ClaimTarget(ctx, target, holder, time.Hour)
@@ -36,7 +38,7 @@ func TestATargetsClaimEndsWithItsHoldersSession(t *testing.T) {
 		}
 		return held
 	}
-	crashed, stopped, survivor := session(), session(), session()
+	crashed, stopped, survivor := openTestSession(t, c), openTestSession(t, c), openTestSession(t, c)
 	if !claim("crashed", crashed) || !claim("stopped", stopped) {
 		t.Fatal("a free target was not claimed")
 	}
@@ -52,9 +54,7 @@ func TestATargetsClaimEndsWithItsHoldersSession(t *testing.T) {
 		t.Fatal(err)
 	}
 	// `fencegate status` shows a dead session's claim as free.
-	if _, err := c.Pool.Exec(ctx, `INSERT INTO notify_targets (name, kind, url) VALUES ('crashed', 'webhook', 'http://127.0.0.1:1/')`); err != nil {
-		t.Fatal(err)
-	}
+	addTestTarget(t, c.Pool, "crashed")
 	st, err := c.ReadStatus(ctx, time.Hour, time.Hour)
 	if err != nil {
 		t.Fatal(err)
@@ -90,9 +90,7 @@ func TestDueGivesEachKeyItsFirstEvent(t *testing.T) {
 	ctx := context.Background()
 	pool := migratedPool(t)
 	q := &Targets{Pool: pool}
-	if _, err := pool.Exec(ctx, `INSERT INTO notify_targets (name, kind, url) VALUES ('due', 'webhook', 'http://127.0.0.1:1/')`); err != nil {
-		t.Fatal(err)
-	}
+	addTestTarget(t, pool, "due")
 	enqueue := func(key string, gen int, due bool) {
 		t.Helper()
 		next := "clock_timestamp() - interval '1 s'"
@@ -132,18 +130,9 @@ func TestDueGivesEachKeyItsFirstEvent(t *testing.T) {
 func TestADelivererClaimsUnderItsCurrentSession(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	c := &Catalog{Pool: migratedPool(t)}
-	session := func() string {
-		id, err := c.OpenSession(ctx, "gw-"+lease.NewID()[:8], time.Hour)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return id
-	}
 	target := "current-" + lease.NewID()[:8]
-	if _, err := c.Pool.Exec(ctx, `INSERT INTO notify_targets (name, kind, url) VALUES ($1, 'webhook', 'http://127.0.0.1:1/')`, target); err != nil {
-		t.Fatal(err)
-	}
-	first, second, other := session(), session(), session()
+	addTestTarget(t, c.Pool, target)
+	first, second, other := openTestSession(t, c), openTestSession(t, c), openTestSession(t, c)
 	var current atomic.Value
 	current.Store(first)
 	svc := notify.NewService(notify.Config{Poll: 20 * time.Millisecond, ClaimFor: 300 * time.Millisecond},
