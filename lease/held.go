@@ -54,6 +54,7 @@ func (m *Manager) newLease(req Request, id string, sent time.Time) *Lease {
 	// The local deadline runs on the monotonic clock from the send time of the
 	// call that (re)newed the lease, so it expires no later than the database's.
 	l.timer = time.AfterFunc(time.Until(sent.Add(m.cfg.TTL-m.cfg.Margin)), l.markLost)
+	m.held.Add(1) // until stopRenewing, which every ending calls
 	l.renewer.Add(1)
 	go l.renew()
 	return l
@@ -137,6 +138,7 @@ func (l *Lease) noteProgress(seen *int64) {
 func (l *Lease) stopRenewing() {
 	l.m.sess.drop(l)
 	l.stopOnce.Do(func() {
+		l.m.held.Add(-1)
 		close(l.stop)
 		l.mu.Lock()
 		l.timer.Stop()

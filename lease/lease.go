@@ -8,6 +8,7 @@ package lease
 import (
 	"context"
 	"errors"
+	"sync/atomic"
 	"time"
 )
 
@@ -205,6 +206,8 @@ type Manager struct {
 	Hooks   Hooks
 	sess    *session // nil: no session (leases live on their own expiry)
 	queues  keyQueues
+	// held counts the leases this manager holds now (HeldLeases).
+	held atomic.Int64
 }
 
 func NewManager(cfg Config, db Driver, m *Metrics) *Manager {
@@ -216,6 +219,11 @@ func NewManager(cfg Config, db Driver, m *Metrics) *Manager {
 }
 
 func (m *Manager) Config() Config { return m.cfg }
+
+// HeldLeases is how many writes hold a lease of this manager now: each
+// is at the store, or about to commit or finish. The catalog's group
+// commit waits a moment for their commits when there are many (meta/batch.go).
+func (m *Manager) HeldLeases() int { return int(m.held.Load()) }
 
 // Request describes the write that wants a key.
 type Request struct {

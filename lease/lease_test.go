@@ -352,3 +352,51 @@ func TestAcquireBindsReservation(t *testing.T) {
 	}
 	l3.Finish(lease.StateFailed, "test")
 }
+
+// HeldLeases counts the leases a manager holds, from the acquire until the
+// lease ends by a commit, a finish or a close; a refused acquire holds
+// none. The catalog's group commit reads it (meta/batch.go).
+func TestHeldLeasesCountsLeasesUntilTheyEnd(t *testing.T) {
+	c := catalog(t)
+	m := lease.NewManager(lease.Config{TTL: 5 * time.Second, WaitMax: 50 * time.Millisecond, WaitPoll: 10 * time.Millisecond}, c, nil)
+	ctx := context.Background()
+	b := testenv.RandomHex(6)
+	want := func(n int, after string) {
+		t.Helper()
+		if got := m.HeldLeases(); got != n {
+			t.Fatalf("after %s: %d held leases, want %d", after, got, n)
+		}
+	}
+	want(0, "nothing")
+	req := func(key string) lease.Request {
+		return lease.Request{Bucket: b, Key: key, Op: "put", DeclaredSize: 1}
+	}
+	l1, err := m.Acquire(ctx, req("one"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want(1, "an acquire")
+	l2, err := m.Acquire(ctx, req("two"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want(2, "a second acquire")
+	if _, err := m.Acquire(ctx, req("one")); !errors.Is(err, lease.ErrBusy) {
+		t.Fatalf("a writer of a held key: %v, want ErrBusy", err)
+	}
+	want(2, "a refused acquire")
+	if _, err := l1.Commit(ctx, lease.Landed{ETag: "e", Size: 1}); err != nil {
+		t.Fatal(err)
+	}
+	want(1, "a commit")
+	l2.Finish(lease.StateFailed, "test")
+	want(0, "a finish")
+	l3, err := m.Acquire(ctx, req("three"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want(1, "a third acquire")
+	l3.Close(false)
+	l3.Close(false)
+	want(0, "a close, twice")
+}

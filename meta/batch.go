@@ -23,6 +23,13 @@ import (
 // (meta/cost_measure_test.go), PostgreSQL CPU per write fell from 2.4 ms to
 // 0.7 ms.
 //
+// While many of the gateway's writes hold leases (at least gatherSiblings,
+// as the catalog's WritesInFlight says), each of them will send its commit
+// within a store round trip, so a batch waits up to gatherWait for more
+// calls (gatherTarget at most) before it goes: fewer, larger transactions
+// (docs/COST.md, "Group commit that waits for its siblings"). A lone writer,
+// a few writers, and a hot key's chain (one holder at a time) never wait.
+//
 // A batch's calls share a transaction, so:
 //   - they lock lease rows in one total order, (bucket, key) and on one key
 //     a commit before an acquire, so two gateways' batches never deadlock on
@@ -37,6 +44,14 @@ import (
 
 // maxBatch bounds the calls in one round trip.
 const maxBatch = 64
+
+// A batch waits for more calls, up to gatherWait or until gatherTarget are
+// queued, while at least gatherSiblings writes hold leases (see above).
+const (
+	gatherSiblings = 8
+	gatherWait     = 2 * time.Millisecond
+	gatherTarget   = 16
+)
 
 // defaultCallTimeout bounds a batch whose calls have no deadline.
 const defaultCallTimeout = 5 * time.Second
@@ -67,16 +82,29 @@ type writeBatcher struct {
 	pool        *pgxpool.Pool
 	afterCommit func(payload string)
 
+	// siblings, if set, says how many writes hold leases now (the
+	// catalog's WritesInFlight): at gatherSiblings or more a batch waits
+	// for their calls.
+	siblings func() int
+
 	mu       sync.Mutex
 	inFlight int // batches sent and not yet answered
 	queued   []*batchedCall
+	// gatherFull, while a batch waits for more calls, is closed when
+	// enough are queued.
+	gatherFull chan struct{}
 
 	// Counters, for tests and measurements.
 	calls, batches, resent int64
+	gathered               int64 // batches that waited for more calls
 	// beforeSend, if set, is called with each batch's size before it is
 	// sent (a test hook; it may block to hold the batch).
 	beforeSend func(n int)
 	stuckAfter time.Duration // 0: stuckBatch (tests change it)
+	// gatherAfter and gatherUpTo: 0 is gatherWait and gatherTarget (tests
+	// change them).
+	gatherAfter time.Duration
+	gatherUpTo  int
 }
 
 // BatchStats reports how many calls went to PostgreSQL in how many batches,
@@ -89,7 +117,9 @@ func (c *Catalog) BatchStats() (calls, batches, resent int64) {
 
 // call runs one Acquire or Commit in the next batch and waits for its end.
 func (c *Catalog) call(ctx context.Context, bc *batchedCall) error {
-	c.writesOnce.Do(func() { c.writes.pool, c.writes.afterCommit = c.Pool, c.notifyOutbox })
+	c.writesOnce.Do(func() {
+		c.writes.pool, c.writes.afterCommit, c.writes.siblings = c.Pool, c.notifyOutbox, c.WritesInFlight
+	})
 	if c.SingleCalls {
 		return c.writes.sendAlone(ctx, bc)
 	}
@@ -101,6 +131,10 @@ func (w *writeBatcher) call(ctx context.Context, bc *batchedCall) error {
 	bc.ctx, bc.done, bc.lead = ctx, make(chan struct{}), make(chan struct{}, 1)
 	w.mu.Lock()
 	w.queued = append(w.queued, bc)
+	if w.gatherFull != nil && len(w.queued) >= cmp.Or(w.gatherUpTo, gatherTarget) {
+		close(w.gatherFull)
+		w.gatherFull = nil
+	}
 	lead := w.inFlight == 0
 	if lead {
 		w.inFlight++
@@ -154,6 +188,7 @@ const stuckBatch = 100 * time.Millisecond
 // no other batch is in flight, hands the lead to the first call still
 // queued.
 func (w *writeBatcher) sendQueued() {
+	w.gather()
 	w.mu.Lock()
 	n := min(len(w.queued), maxBatch)
 	batch := slices.Clone(w.queued[:n])
@@ -172,6 +207,35 @@ func (w *writeBatcher) sendQueued() {
 	if len(w.queued) > 0 && w.inFlight == 0 {
 		w.inFlight++
 		w.queued[0].lead <- struct{}{}
+	}
+	w.mu.Unlock()
+}
+
+// gather waits, before a batch is taken from the queue, for more calls
+// while many writes hold leases: until enough are queued or gatherWait has
+// passed.
+func (w *writeBatcher) gather() {
+	if w.siblings == nil || w.siblings() < gatherSiblings {
+		return
+	}
+	w.mu.Lock()
+	if len(w.queued) >= cmp.Or(w.gatherUpTo, gatherTarget) {
+		w.mu.Unlock()
+		return
+	}
+	full := make(chan struct{})
+	w.gatherFull = full
+	w.gathered++
+	w.mu.Unlock()
+	t := time.NewTimer(cmp.Or(w.gatherAfter, gatherWait))
+	select {
+	case <-full:
+	case <-t.C:
+	}
+	t.Stop()
+	w.mu.Lock()
+	if w.gatherFull == full {
+		w.gatherFull = nil
 	}
 	w.mu.Unlock()
 }

@@ -20,6 +20,11 @@ type Catalog struct {
 	// SingleCalls sends each Acquire and Commit in a transaction of its own
 	// instead of batching concurrent ones (batch.go): for measurements.
 	SingleCalls bool
+	// WritesInFlight, if set, says how many of this gateway's writes hold
+	// a lease now (lease.Manager.HeldLeases): each will send its commit
+	// soon, so while there are many a batch waits a moment for their calls
+	// (batch.go).
+	WritesInFlight func() int
 
 	writes     writeBatcher
 	writesOnce sync.Once

@@ -22,5 +22,9 @@ func Protocol(pool *pgxpool.Pool, cfg lease.Config) (*lease.Manager, *meta.Catal
 		cfg.Gateway = GatewayID()
 	}
 	catalog := &meta.Catalog{Pool: pool}
-	return lease.NewManager(cfg, catalog, nil), catalog
+	m := lease.NewManager(cfg, catalog, nil)
+	// The catalog's group commit waits for the commits of writes holding
+	// leases when there are many (meta/batch.go).
+	catalog.WritesInFlight = m.HeldLeases
+	return m, catalog
 }
