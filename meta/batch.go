@@ -131,7 +131,7 @@ func (w *writeBatcher) call(ctx context.Context, bc *batchedCall) error {
 	bc.ctx, bc.done, bc.lead = ctx, make(chan struct{}), make(chan struct{}, 1)
 	w.mu.Lock()
 	w.queued = append(w.queued, bc)
-	if w.gatherFull != nil && len(w.queued) >= cmp.Or(w.gatherUpTo, gatherTarget) {
+	if w.gatherFull != nil && w.gatheredEnough() {
 		close(w.gatherFull)
 		w.gatherFull = nil
 	}
@@ -219,7 +219,7 @@ func (w *writeBatcher) gather() {
 		return
 	}
 	w.mu.Lock()
-	if len(w.queued) >= cmp.Or(w.gatherUpTo, gatherTarget) {
+	if w.gatheredEnough() {
 		w.mu.Unlock()
 		return
 	}
@@ -238,6 +238,12 @@ func (w *writeBatcher) gather() {
 		w.gatherFull = nil
 	}
 	w.mu.Unlock()
+}
+
+// gatheredEnough: the queue holds as many calls as a batch waits for
+// (under mu).
+func (w *writeBatcher) gatheredEnough() bool {
+	return len(w.queued) >= cmp.Or(w.gatherUpTo, gatherTarget)
 }
 
 func (w *writeBatcher) sendBatch(calls []*batchedCall) {

@@ -43,6 +43,18 @@ func waitQueued(t *testing.T, w *writeBatcher, n int) {
 	}
 }
 
+// leaseWriters is how many transactions wrote bucket's lease rows (their
+// xmin): counted on the rows, not on the cluster's transaction counter,
+// which other packages' tests sharing the cluster advance meanwhile.
+func leaseWriters(t *testing.T, c *Catalog, bucket string) int {
+	t.Helper()
+	var n int
+	if err := c.Pool.QueryRow(context.Background(), `SELECT count(DISTINCT xmin::text) FROM leases WHERE bucket = $1`, bucket).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
 func writeTxns(t *testing.T, c *Catalog) int64 {
 	t.Helper()
 	var n int64
@@ -90,14 +102,7 @@ func TestCallsInFlightMeanwhileShareOneTransaction(t *testing.T) {
 	if calls != 4 || batches != 2 || resent != 0 {
 		t.Errorf("calls %d, batches %d, resent %d; want 4, 2, 0", calls, batches, resent)
 	}
-	// The transactions that wrote the 4 keys' lease rows (their xmin):
-	// counted on the rows, not on the cluster's transaction counter, which
-	// other packages' tests sharing the cluster advance meanwhile.
-	var n int
-	if err := c.Pool.QueryRow(context.Background(), `SELECT count(DISTINCT xmin::text) FROM leases WHERE bucket = $1`, b).Scan(&n); err != nil {
-		t.Fatal(err)
-	}
-	if n != 2 {
+	if n := leaseWriters(t, c, b); n != 2 {
 		t.Errorf("the 4 acquires' lease rows were written by %d transactions, want 2 (one per batch)", n)
 	}
 }
