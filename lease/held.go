@@ -55,6 +55,7 @@ func (m *Manager) newLease(req Request, id string, sent time.Time) *Lease {
 	// call that (re)newed the lease, so it expires no later than the database's.
 	l.timer = time.AfterFunc(time.Until(sent.Add(m.cfg.TTL-m.cfg.Margin)), l.markLost)
 	m.held.Add(1) // until stopRenewing, which every ending calls
+	m.Metrics.Held.Inc()
 	l.renewer.Add(1)
 	go l.renew()
 	return l
@@ -139,6 +140,7 @@ func (l *Lease) stopRenewing() {
 	l.m.sess.drop(l)
 	l.stopOnce.Do(func() {
 		l.m.held.Add(-1)
+		l.m.Metrics.Held.Dec()
 		close(l.stop)
 		l.mu.Lock()
 		l.timer.Stop()

@@ -355,7 +355,8 @@ func TestAcquireBindsReservation(t *testing.T) {
 
 // HeldLeases counts the leases a manager holds, from the acquire until the
 // lease ends by a commit, a finish or a close; a refused acquire holds
-// none. The catalog's group commit reads it (meta/batch.go).
+// none. The catalog's group commit reads it (meta/batch.go), and
+// fencegate_leases_held shows it.
 func TestHeldLeasesCountsLeasesUntilTheyEnd(t *testing.T) {
 	c := catalog(t)
 	m := lease.NewManager(lease.Config{TTL: 5 * time.Second, WaitMax: 50 * time.Millisecond, WaitPoll: 10 * time.Millisecond}, c, nil)
@@ -365,6 +366,9 @@ func TestHeldLeasesCountsLeasesUntilTheyEnd(t *testing.T) {
 		t.Helper()
 		if got := m.HeldLeases(); got != n {
 			t.Fatalf("after %s: %d held leases, want %d", after, got, n)
+		}
+		if got := counterValue(t, m.Metrics.Held); got != float64(n) {
+			t.Fatalf("after %s: fencegate_leases_held %v, want %d", after, got, n)
 		}
 	}
 	want(0, "nothing")

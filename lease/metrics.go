@@ -8,8 +8,11 @@ type Metrics struct {
 	Waited   prometheus.Counter
 	Refused  *prometheus.CounterVec // reason: conflict (409), busy (503), no_session (503)
 	Lost     prometheus.Counter
-	Commits  prometheus.Counter
-	Unknown  prometheus.Counter
+	// Held is how many of this gateway's writes hold a key lease now
+	// (Manager.HeldLeases): each is at the store or about to commit.
+	Held    prometheus.Gauge
+	Commits prometheus.Counter
+	Unknown prometheus.Counter
 	// ReleaseRetries: releases PostgreSQL did not take, tried again in the
 	// background (held.go), by outcome: released, or expired (given up once
 	// the lease had run out anyway).
@@ -37,7 +40,9 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		Waited:   prometheus.NewCounter(prometheus.CounterOpts{Name: "fencegate_leases_waited_total", Help: "Leases acquired after waiting for another writer."}),
 		Refused: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "fencegate_leases_refused_total",
 			Help: "Lease requests refused: conflict (409, the writer had its own condition), busy (503 after the bounded wait) or no_session (503, this gateway's session is down)."}, []string{"reason"}),
-		Lost:    prometheus.NewCounter(prometheus.CounterOpts{Name: "fencegate_leases_lost_total", Help: "Leases lost while held (renewal failed or local deadline passed)."}),
+		Lost: prometheus.NewCounter(prometheus.CounterOpts{Name: "fencegate_leases_lost_total", Help: "Leases lost while held (renewal failed or local deadline passed)."}),
+		Held: prometheus.NewGauge(prometheus.GaugeOpts{Name: "fencegate_leases_held",
+			Help: "Key leases this gateway's writes hold now: each write is at the store or about to commit (at 8 or more, group commit waits for their commits)."}),
 		Commits: prometheus.NewCounter(prometheus.CounterOpts{Name: "fencegate_commits_total", Help: "Generations committed by their writer."}),
 		Unknown: prometheus.NewCounter(prometheus.CounterOpts{Name: "fencegate_unknown_outcomes_total", Help: "Writes whose outcome is unknown (kept as guards)."}),
 		ReleaseRetries: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "fencegate_lease_release_retries_total",
@@ -72,7 +77,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 
 // Register adds the counters to reg.
 func (m *Metrics) Register(reg prometheus.Registerer) {
-	reg.MustRegister(m.Acquired, m.Waited, m.Refused, m.Lost, m.Commits, m.Unknown, m.ReleaseRetries, m.Settlements,
+	reg.MustRegister(m.Acquired, m.Waited, m.Refused, m.Lost, m.Held, m.Commits, m.Unknown, m.ReleaseRetries, m.Settlements,
 		m.SessionUp, m.SessionsAlive, m.SessionsLost, m.SessionTakeovers, m.SessionTakeoverDelay,
 		m.Wakeups, m.ListenerUp, m.ListenerLost, m.Notifications)
 }
