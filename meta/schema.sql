@@ -118,7 +118,8 @@ BEGIN
         VALUES (p_bucket, p_key, v_gen, nullif(p_etag, ''), p_size, p_deleted, p_origin, p_attempt, v_at);
     IF p_settled IS NOT NULL THEN
         UPDATE attempts SET state = p_settled_state, generation = v_gen, etag = nullif(p_etag, ''), reason = NULL,
-            updated_at = clock_timestamp(), claim_token = NULL, claimed_until = NULL
+            updated_at = clock_timestamp(), claim_token = NULL, claimed_until = NULL, claim_session = NULL,
+            last_error = NULL
             WHERE attempt_id = p_settled
             RETURNING upload_attempt INTO v_upload;
         IF v_upload IS NOT NULL THEN
