@@ -3,6 +3,30 @@
 -- session settings. Generated; do not edit. `make schema` regenerates it and
 -- `make lint` (TestSchemaFileIsCurrent) refuses one that is out of date.
 
+CREATE TYPE public.fencegate_attempt_op AS ENUM (
+    'put',
+    'copy',
+    'complete',
+    'delete',
+    'multipart'
+);
+
+CREATE TYPE public.fencegate_attempt_state AS ENUM (
+    'leased',
+    'open',
+    'committed',
+    'adopted',
+    'unknown',
+    'failed',
+    'aborted'
+);
+
+CREATE TYPE public.fencegate_origin AS ENUM (
+    'fencegate',
+    'adopted',
+    'external'
+);
+
 CREATE FUNCTION public.fencegate_acquire(p_bucket text, p_key text, p_holder uuid, p_ttl interval, p_mode text, p_op text, p_gateway text, p_size bigint, p_checksum text, p_upload_attempt uuid, p_session uuid, p_wait boolean DEFAULT false, OUT acquired boolean, OUT dead_session_for double precision, OUT holder_live_for double precision) RETURNS record
     LANGUAGE plpgsql
     AS $$
@@ -535,9 +559,7 @@ CREATE TABLE public.attempts (
     fence text,
     activity_at timestamp with time zone,
     unknown_at timestamp with time zone,
-    claim_session uuid,
-    CONSTRAINT attempts_op_check CHECK ((op = ANY (ARRAY['put'::text, 'copy'::text, 'complete'::text, 'delete'::text, 'multipart'::text]))),
-    CONSTRAINT attempts_state_check CHECK ((state = ANY (ARRAY['leased'::text, 'open'::text, 'committed'::text, 'adopted'::text, 'unknown'::text, 'failed'::text, 'aborted'::text])))
+    claim_session uuid
 );
 
 CREATE TABLE public.audit_cursors (
@@ -582,8 +604,7 @@ CREATE TABLE public.catalog (
     attempt_id uuid,
     deleted boolean DEFAULT false NOT NULL,
     origin text NOT NULL,
-    committed_at timestamp with time zone NOT NULL,
-    CONSTRAINT catalog_origin_check CHECK ((origin = ANY (ARRAY['fencegate'::text, 'adopted'::text, 'external'::text])))
+    committed_at timestamp with time zone NOT NULL
 );
 
 CREATE TABLE public.foreign_uploads (
@@ -612,8 +633,7 @@ CREATE TABLE public.generations (
     attempt_id uuid,
     deleted boolean DEFAULT false NOT NULL,
     origin text NOT NULL,
-    committed_at timestamp with time zone DEFAULT clock_timestamp() NOT NULL,
-    CONSTRAINT generations_origin_check CHECK ((origin = ANY (ARRAY['fencegate'::text, 'adopted'::text, 'external'::text])))
+    committed_at timestamp with time zone DEFAULT clock_timestamp() NOT NULL
 );
 
 CREATE TABLE public.leases (
@@ -802,8 +822,14 @@ ALTER TABLE ONLY public.access_keys
 ALTER TABLE ONLY public.access_keys_version
     ADD CONSTRAINT access_keys_version_pkey PRIMARY KEY (singleton);
 
+ALTER TABLE public.attempts
+    ADD CONSTRAINT attempts_op_check CHECK (((op)::public.fencegate_attempt_op IS NOT NULL)) NOT VALID;
+
 ALTER TABLE ONLY public.attempts
     ADD CONSTRAINT attempts_pkey PRIMARY KEY (attempt_id);
+
+ALTER TABLE public.attempts
+    ADD CONSTRAINT attempts_state_check CHECK (((state)::public.fencegate_attempt_state IS NOT NULL)) NOT VALID;
 
 ALTER TABLE ONLY public.audit_cursors
     ADD CONSTRAINT audit_cursors_pkey PRIMARY KEY (bucket);
@@ -814,11 +840,17 @@ ALTER TABLE ONLY public.bucket_notifications
 ALTER TABLE ONLY public.buckets
     ADD CONSTRAINT buckets_pkey PRIMARY KEY (bucket);
 
+ALTER TABLE public.catalog
+    ADD CONSTRAINT catalog_origin_check CHECK (((origin)::public.fencegate_origin IS NOT NULL)) NOT VALID;
+
 ALTER TABLE ONLY public.catalog
     ADD CONSTRAINT catalog_pkey PRIMARY KEY (bucket, key);
 
 ALTER TABLE ONLY public.foreign_uploads
     ADD CONSTRAINT foreign_uploads_pkey PRIMARY KEY (upload_id);
+
+ALTER TABLE public.generations
+    ADD CONSTRAINT generations_origin_check CHECK (((origin)::public.fencegate_origin IS NOT NULL)) NOT VALID;
 
 ALTER TABLE ONLY public.generations
     ADD CONSTRAINT generations_pkey PRIMARY KEY (bucket, key, generation);
