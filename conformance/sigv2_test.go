@@ -1,6 +1,7 @@
 package conformance
 
 import (
+	"net/http"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -13,6 +14,7 @@ import (
 	"github.com/fencegate/fencegate/gateway"
 	"github.com/fencegate/fencegate/internal/stack"
 	"github.com/fencegate/fencegate/internal/testenv"
+	"github.com/fencegate/fencegate/sigv4"
 )
 
 // AWS Signature Version 2 (issue 30), as the clients sign it by default:
@@ -47,13 +49,20 @@ func awsCLIv1Fixture(t *testing.T, fx *clientFixture, s3Extra string) *tool {
 // boto3Presign runs boto3's generate_presigned_url with its default settings.
 func boto3Presign(t *testing.T, ep stack.Endpoint, method, bucket, key string, expiresIn int) string {
 	t.Helper()
+	return boto3PresignWith(t, ep, method, bucket, key, expiresIn, "{}")
+}
+
+// boto3PresignWith is boto3Presign with more of the operation's parameters,
+// a JSON object (e.g. {"Metadata": {"a": "b"}, "ACL": "private"}).
+func boto3PresignWith(t *testing.T, ep stack.Endpoint, method, bucket, key string, expiresIn int, params string) string {
+	t.Helper()
 	py := requireBinary(t, "python3", "pip install 'awscli<2' (brings botocore; boto3 beside it)")
 	c := &tool{t: t, bin: py, dir: t.TempDir(), timeout: time.Minute, env: childEnv(t.TempDir(),
 		"AWS_ACCESS_KEY_ID="+ep.AccessKey, "AWS_SECRET_ACCESS_KEY="+ep.SecretKey, "AWS_EC2_METADATA_DISABLED=true")}
-	script := `import sys, boto3
+	script := `import sys, json, boto3
 c = boto3.client("s3", endpoint_url=sys.argv[1], region_name="us-east-1")
-print(c.generate_presigned_url(sys.argv[2], Params={"Bucket": sys.argv[3], "Key": sys.argv[4]}, ExpiresIn=int(sys.argv[5])))`
-	out, stderr, err := c.try("-c", script, ep.URL, method, bucket, key, itoa(expiresIn))
+print(c.generate_presigned_url(sys.argv[2], Params=dict(json.loads(sys.argv[6]), Bucket=sys.argv[3], Key=sys.argv[4]), ExpiresIn=int(sys.argv[5])))`
+	out, stderr, err := c.try("-c", script, ep.URL, method, bucket, key, itoa(expiresIn), params)
 	if err != nil {
 		if strings.Contains(stderr, "No module named 'boto3'") {
 			missingClient(t, "boto3 is not installed beside aws cli v1's botocore")
@@ -199,4 +208,54 @@ func TestSigV2TurnedOff(t *testing.T) {
 	resp, body := corsRequest(t, "GET", u, nil, nil)
 	wantS3Error(t, "SigV2 URL with --sigv2=false", resp, body, 501, "NotImplemented")
 	s3cmdV2(t, ep).fail([]string{"NotImplemented"}, "ls", "s3://"+bucket)
+}
+
+// A SigV2 signature covers every x-amz-* query parameter the gateway acts
+// on as a header: boto3's presigned PUT with metadata and an ACL (which it
+// signs as headers and sends in the query) works, while a parameter added to
+// a presigned URL after signing, or to a request signed with a V2 header,
+// is refused: it would turn a PUT into a copy of another object, or make
+// the object public.
+func TestSigV2SignsTheAmzParametersOfItsQuery(t *testing.T) {
+	g := startGateway(t, gatewayOptions{})
+	ep := g.Endpoint
+	bucket := testenv.Bucket(t)
+	createBucket(t, ep, bucket)
+	wantWireStatus(t, "put the secret", wireExchange(t, ep, "PUT", "/"+bucket+"/secret", []byte("top secret"), nil), 200)
+
+	withMeta := boto3PresignWith(t, ep, "put_object", bucket, "with meta", 300, `{"Metadata": {"owner": "ann"}, "ACL": "private"}`)
+	wantV2URL(t, "boto3 put_object URL with metadata", withMeta)
+	if !strings.Contains(withMeta, "x-amz-meta-owner=ann") {
+		t.Fatalf("boto3 did not put the metadata in the query: %s", withMeta)
+	}
+	resp, body := corsRequest(t, "PUT", withMeta, []byte("ann's bytes"), nil)
+	if resp.StatusCode != 200 {
+		t.Fatalf("PUT of boto3's presigned URL with metadata: %d\n%s", resp.StatusCode, body)
+	}
+	if h := wireExchange(t, testenv.Store(t), "HEAD", "/"+bucket+"/with%20meta", nil, nil); h.Status != 200 || strings.Join(h.Header["x-amz-meta-owner"], ",") != "ann" {
+		t.Errorf("the store's object: %d, x-amz-meta-owner %q", h.Status, h.Header["x-amz-meta-owner"])
+	}
+
+	put := boto3Presign(t, ep, "put_object", bucket, "upload", 300)
+	for _, added := range []string{"&x-amz-copy-source=" + url.QueryEscape("/"+bucket+"/secret"), "&x-amz-acl=public-read", "&X-Amz-Meta-Evil=1"} {
+		resp, body := corsRequest(t, "PUT", put+added, []byte("uploaded"), nil)
+		wantS3Error(t, "boto3's presigned PUT with "+added+" added", resp, body, 403, "SignatureDoesNotMatch")
+	}
+	if h := wireExchange(t, testenv.Store(t), "HEAD", "/"+bucket+"/upload", nil, nil); h.Status != 404 {
+		t.Errorf("after the refused PUTs the store's HEAD of the key: %d, want 404", h.Status)
+	}
+
+	// A V2 header signs no query.
+	date := time.Now().UTC().Format(http.TimeFormat)
+	sts := "PUT\n\n\n" + date + "\n/" + bucket + "/upload"
+	header := map[string]string{"Date": date, "Authorization": "AWS " + ep.AccessKey + ":" + sigv4.SignV2(ep.SecretKey, sts)}
+	resp, body = corsRequest(t, "PUT", ep.URL+"/"+bucket+"/upload", []byte("signed"), header)
+	if resp.StatusCode != 200 {
+		t.Fatalf("a V2 header-signed PUT: %d\n%s", resp.StatusCode, body)
+	}
+	resp, body = corsRequest(t, "PUT", ep.URL+"/"+bucket+"/upload?x-amz-copy-source="+url.QueryEscape("/"+bucket+"/secret"), []byte("signed"), header)
+	wantS3Error(t, "a V2 header-signed PUT with x-amz-copy-source in its query", resp, body, 403, "AccessDenied")
+	if got := getBody(t, testenv.Store(t), bucket, "upload"); string(got) != "signed" {
+		t.Errorf("the store holds %q at the key after the refused copy", got)
+	}
 }

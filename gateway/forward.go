@@ -26,12 +26,6 @@ const (
 	maxSmallBody = 8 << 20
 )
 
-// presignParams are the query parameters of a presigned URL's own signature.
-var presignParams = map[string]bool{
-	"x-amz-algorithm": true, "x-amz-credential": true, "x-amz-date": true, "x-amz-expires": true,
-	"x-amz-signedheaders": true, "x-amz-signature": true, "x-amz-security-token": true,
-}
-
 // forwardQuery is the client's query string as sent, less its x-amz-*
 // parameters: a presigned URL's signature, and headers hoisted into the query,
 // which travel as headers (headers.go).

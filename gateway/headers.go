@@ -21,7 +21,10 @@ import (
 // something else than either part (a copy source, a directive, a length), the
 // request is refused instead. x-amz-* query parameters (other than a presigned
 // URL's own) are S3 headers too (SDK presigners hoist headers into the query):
-// they join the view and travel to the store as headers.
+// they join the view and travel to the store as headers. Every signature
+// covers them: V4's the whole query, a presigned V2 URL's among its amz
+// headers, and a V2 Authorization header, which signs no query, is refused
+// with any (sigv4/v2.go).
 type headerView struct {
 	fields []headerField // in first-seen order
 	// raw are the headers as received, names in their own case and repeats
@@ -86,7 +89,7 @@ func (v *headerView) read(h *fasthttp.RequestHeader, query *fasthttp.Args, a *st
 		if !hasPrefixFold(k, "x-amz-") {
 			continue
 		}
-		if name := a.lower(a.add(k)); !presignParams[name] {
+		if name := a.lower(a.add(k)); !sigv4.IsPresignParam(name) {
 			add(name, a.add(val))
 		}
 	}

@@ -6,6 +6,7 @@ import (
 	"crypto/subtle"
 	"encoding/base64"
 	"net/http"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -50,12 +51,18 @@ const (
 // line: the Date header's value (empty when x-amz-date is sent, which is
 // then among the amz headers), or a presigned URL's Expires.
 func StringToSignV2(r *Request, dateOrExpires string) string {
-	return stringToSignV2(r, dateOrExpires, false)
+	return stringToSignV2(r, dateOrExpires, false, nil)
 }
 
 // stringToSignV2 is StringToSignV2; bucketSlash ends a path-style bucket's
-// resource with '/' ("/bucket/"), as botocore signs bucket operations.
-func stringToSignV2(r *Request, dateOrExpires string, bucketSlash bool) string {
+// resource with '/' ("/bucket/"), as botocore signs bucket operations;
+// queryAmz are a presigned URL's x-amz-* query parameters, signed among the
+// amz headers after the request's own (queryAmzV2).
+func stringToSignV2(r *Request, dateOrExpires string, bucketSlash bool, queryAmz []HeaderField) string {
+	hs := r.Headers
+	if len(queryAmz) > 0 {
+		hs = append(slices.Clip(hs), queryAmz...)
+	}
 	var b strings.Builder
 	b.Grow(128 + len(r.RawPath) + len(r.RawQuery))
 	b.WriteString(r.Method)
@@ -66,9 +73,43 @@ func stringToSignV2(r *Request, dateOrExpires string, bucketSlash bool) string {
 	b.WriteByte('\n')
 	b.WriteString(dateOrExpires)
 	b.WriteByte('\n')
-	writeAmzHeadersV2(&b, r.Headers)
+	writeAmzHeadersV2(&b, hs)
 	writeResourceV2(&b, r, bucketSlash)
 	return b.String()
+}
+
+// queryAmzV2 are the x-amz-* parameters of r's query, less a V4 presigned
+// URL's own (IsPresignParam): S3 headers to the gateway, which acts on them
+// as it does on the request's headers (SDK presigners hoist headers into the
+// query). A V2 signature covers them only as amz headers: botocore's
+// HmacV1QueryAuth signs a presigned URL's x-amz-* headers, then moves them
+// into its query.
+func queryAmzV2(rawQuery string) []HeaderField {
+	var out []HeaderField
+	for q := rawQuery; q != ""; {
+		var part string
+		part, q, _ = strings.Cut(q, "&")
+		k, val, _ := strings.Cut(part, "=")
+		if len(k) < 6 || !strings.EqualFold(k[:6], "x-amz-") && !strings.Contains(k, "%") {
+			continue
+		}
+		name := strings.ToLower(queryUnescape(k))
+		if strings.HasPrefix(name, "x-amz-") && !IsPresignParam(name) {
+			out = append(out, HeaderField{Name: name, Value: queryUnescape(val)})
+		}
+	}
+	return out
+}
+
+// IsPresignParam reports whether a query parameter (lower case) is part of a
+// V4 presigned URL's own signature rather than a hoisted header.
+func IsPresignParam(lower string) bool {
+	switch lower {
+	case "x-amz-algorithm", "x-amz-credential", "x-amz-date", "x-amz-expires",
+		"x-amz-signedheaders", "x-amz-signature", "x-amz-security-token":
+		return true
+	}
+	return false
 }
 
 // v2Header is a header's value, trimmed, repeated ones joined by ','.
@@ -175,17 +216,17 @@ func pathStyleBucket(r *Request) bool {
 // computed for the request, in constant time. A path-style bucket's
 // resource may be signed as "/bucket" or "/bucket/": S3 takes both, and
 // botocore signs its bucket operations with the '/'.
-func (v *Verifier) checkSignatureV2(r *Request, akid, provided, date string) error {
+func (v *Verifier) checkSignatureV2(r *Request, akid, provided, date string, queryAmz []HeaderField) error {
 	secret, e := v.secret(akid)
 	if e != nil {
 		return e
 	}
 	got, err := base64.StdEncoding.DecodeString(provided)
-	sts := stringToSignV2(r, date, false)
+	sts := stringToSignV2(r, date, false, queryAmz)
 	if err == nil && equalHMACSHA1(secret, sts, got) {
 		return nil
 	}
-	if err == nil && pathStyleBucket(r) && equalHMACSHA1(secret, stringToSignV2(r, date, true), got) {
+	if err == nil && pathStyleBucket(r) && equalHMACSHA1(secret, stringToSignV2(r, date, true, queryAmz), got) {
 		return nil
 	}
 	return newErr(CodeSignatureDoesNotMatch, http.StatusForbidden,
@@ -243,7 +284,12 @@ func (v *Verifier) verifyHeaderV2(r *Request, h *headerScan) (*Auth, error) {
 	if d := now.Sub(t); d > v.maxSkew() || d < -v.maxSkew() {
 		return nil, errSkewed(sent, now, v.maxSkew())
 	}
-	if err := v.checkSignatureV2(r, akid, sig, dateLine); err != nil {
+	// The header signs no query: an x-amz-* parameter there would be acted
+	// on as a header nobody signed (a copy source, an ACL).
+	if q := queryAmzV2(r.RawQuery); len(q) > 0 {
+		return nil, errAccessDenied("The query parameter " + q[0].Name + " is not covered by an AWS Signature Version 2 Authorization header, which signs no query; send it as a header")
+	}
+	if err := v.checkSignatureV2(r, akid, sig, dateLine, nil); err != nil {
 		return nil, err
 	}
 	return newAuth(Auth{AccessKeyID: akid, SignatureV2: true, Payload: PayloadUnsigned, Time: t}, h)
@@ -308,7 +354,7 @@ func (v *Verifier) verifyPresignedV2(r *Request, h *headerScan) (*Auth, error) {
 			Field{"Expires", end.UTC().Format(time.RFC3339)},
 			Field{"ServerTime", now.UTC().Format(time.RFC3339)})
 	}
-	if err := v.checkSignatureV2(r, akid, sig, expires); err != nil {
+	if err := v.checkSignatureV2(r, akid, sig, expires, queryAmzV2(r.RawQuery)); err != nil {
 		return nil, err
 	}
 	return newAuth(Auth{AccessKeyID: akid, SignatureV2: true, Presigned: true, Payload: PayloadUnsigned, Time: now}, h)

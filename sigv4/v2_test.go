@@ -278,3 +278,66 @@ func FuzzVerifyV2(f *testing.F) {
 		}
 	})
 }
+
+// A presigned V2 URL's x-amz-* query parameters are headers to the gateway
+// (hoisted, as botocore moves them there after signing them as headers), so
+// its signature must cover them: botocore's form verifies, and one added,
+// changed or removed after signing does not (it would turn a PUT into a
+// copy, or make the object public).
+func TestV2PresignedSignsTheAmzParametersOfItsQuery(t *testing.T) {
+	now := time.Date(2026, 12, 2, 12, 0, 0, 0, time.UTC)
+	v := testVerifier(now)
+	expires := strconv.FormatInt(now.Unix()+600, 10)
+	// botocore's HmacV1QueryAuth: x-amz-* headers signed as headers, then
+	// sent as query parameters.
+	signed := &Request{Method: "PUT", Host: "h", RawPath: "/b/upload",
+		Headers: []HeaderField{{"Host", "h"}, {"x-amz-acl", "private"}, {"X-Amz-Meta-Owner", "ann"}}}
+	sig := SignV2(exampleSecret, StringToSignV2(signed, expires))
+	base := url.Values{"AWSAccessKeyId": {exampleAKID}, "Signature": {sig}, "Expires": {expires}}.Encode()
+	sent := func(query string) *Request {
+		return &Request{Method: "PUT", Host: "h", RawPath: "/b/upload", RawQuery: query, Headers: []HeaderField{{"Host", "h"}}}
+	}
+	if _, err := v.Verify(sent("x-amz-acl=private&x-amz-meta-owner=ann&" + base)); err != nil {
+		t.Fatalf("botocore's form, its x-amz-* headers in the query: %v", err)
+	}
+	for name, query := range map[string]string{
+		"a copy source added":        "x-amz-acl=private&x-amz-meta-owner=ann&" + base + "&x-amz-copy-source=%2Fsecret%2Fs.txt",
+		"an ACL changed":             "x-amz-acl=public-read&x-amz-meta-owner=ann&" + base,
+		"metadata added in any case": "x-amz-acl=private&x-amz-meta-owner=ann&" + base + "&X-Amz-Meta-Evil=1",
+		"a signed parameter removed": "x-amz-acl=private&" + base,
+	} {
+		t.Run(name, func(t *testing.T) { wantCode(t, verifyErr(v, sent(query)), CodeSignatureDoesNotMatch) })
+	}
+	plain := botocorePresignV2("PUT", "h", "", "/b/upload", "", exampleAKID, exampleSecret, now, 600)
+	plain.RawQuery += "&x-amz-copy-source=%2Fsecret%2Fs.txt"
+	wantCode(t, verifyErr(v, plain), CodeSignatureDoesNotMatch)
+}
+
+// A V2 Authorization header signs the request's x-amz-* headers and never
+// its query, so x-amz-* query parameters, which the gateway would act on as
+// headers, are refused rather than taken unsigned.
+func TestV2HeaderAuthRefusesAmzQueryParameters(t *testing.T) {
+	now := time.Date(2026, 12, 2, 12, 0, 0, 0, time.UTC)
+	v := testVerifier(now)
+	date := now.Format(http.TimeFormat)
+	signed := &Request{Method: "PUT", Host: "h", RawPath: "/b/k", Headers: []HeaderField{{"Host", "h"}, {"Date", date}}}
+	sig := SignV2(exampleSecret, StringToSignV2(signed, date))
+	r := &Request{Method: "PUT", Host: "h", RawPath: "/b/k",
+		Headers: []HeaderField{{"Host", "h"}, {"Date", date}, {"Authorization", "AWS " + exampleAKID + ":" + sig}}}
+	if _, err := v.Verify(r); err != nil {
+		t.Fatalf("the signed request: %v", err)
+	}
+	for _, q := range []string{"x-amz-copy-source=%2Fsecret%2Fs.txt", "X-AMZ-ACL=public-read", "x-id=PutObject&x-amz-meta-a=1"} {
+		withQuery := r.clone()
+		withQuery.RawQuery = q
+		if e := wantCode(t, verifyErr(v, withQuery), CodeAccessDenied); !strings.Contains(e.Message, "query") {
+			t.Errorf("%s: %q", q, e.Message)
+		}
+	}
+	// Other query parameters are no headers: still verified as before.
+	other := r.clone()
+	other.RawQuery = "x-id=PutObject"
+	if _, err := v.Verify(other); err != nil {
+		t.Errorf("an unsigned non-amz parameter: %v", err)
+	}
+}
