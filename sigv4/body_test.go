@@ -9,6 +9,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"io"
+	"net/url"
 	"strconv"
 	"strings"
 	"testing"
@@ -331,4 +332,50 @@ func TestChunkedStopsAtContentLength(t *testing.T) {
 	if tr := br.Trailers(); len(tr) != 1 || tr[0].Name != "x-amz-checksum-crc32" {
 		t.Fatal(tr)
 	}
+}
+
+// x-amz-* query parameters are headers to the gateway (it hoists them and
+// sends them to the store as headers), so the body's own headers sent that
+// way are read as if sent as headers: a checksum is verified against the
+// body, and a trailer or decoded length taken or refused as the header is.
+func TestBodyHeadersInTheQuery(t *testing.T) {
+	body := []byte("123456789")
+	good, wrong := b64hex("cbf43926"), b64hex("e3069283")
+	r := signedPutQuery(t, body, "x-amz-checksum-crc32="+url.QueryEscape(good))
+	if got, err := verifyBody(t, r, bytes.NewReader(body), 1); err != nil || !bytes.Equal(got, body) {
+		t.Fatalf("the right CRC32 in the query: %v", err)
+	}
+	r = signedPutQuery(t, body, "X-Amz-Checksum-Crc32="+url.QueryEscape(wrong))
+	_, err := verifyBody(t, r, bytes.NewReader(body), 1)
+	wantCode(t, err, CodeBadDigest)
+	// Two checksums, one a signed header and one in the query.
+	req := newSignedRequest(t, "PUT", "key", "x-amz-checksum-crc32="+url.QueryEscape(good), body,
+		map[string]string{"X-Amz-Checksum-Crc32c": b64hex("e3069283")})
+	sdkSign(t, req, modeUnsigned, oracleNow)
+	_, err = testVerifier(oracleNow).Verify(fromHTTP(req))
+	wantCode(t, err, CodeInvalidRequest)
+	for _, name := range []string{"x-amz-trailer", "x-amz-decoded-content-length"} {
+		value := map[string]string{"x-amz-trailer": "x-amz-checksum-crc32", "x-amz-decoded-content-length": "9"}[name]
+		_, asHeader := testVerifier(oracleNow).Verify(signedPut(t, body, modeUnsigned, map[string]string{name: value}))
+		_, inQuery := testVerifier(oracleNow).Verify(signedPutQuery(t, body, name+"="+value))
+		if name == "x-amz-trailer" && asHeader == nil {
+			t.Fatalf("%s as a header on a plain body was taken", name)
+		}
+		if asHeader == nil {
+			if inQuery != nil {
+				t.Errorf("%s: taken as a header, refused in the query: %v", name, inQuery)
+			}
+			continue
+		}
+		wantCode(t, inQuery, asHeader.(*Error).Code)
+	}
+}
+
+// signedPutQuery signs a PUT of body with query (header authorization,
+// which signs the query, payload unsigned).
+func signedPutQuery(t *testing.T, body []byte, query string) *Request {
+	t.Helper()
+	req := newSignedRequest(t, "PUT", "key", query, body, nil)
+	sdkSign(t, req, modeUnsigned, oracleNow)
+	return fromHTTP(req)
 }

@@ -43,6 +43,7 @@ func errHeadersNotSigned(name string) *Error {
 func Anonymous(r *Request) (*Auth, error) {
 	var h headerScan
 	h.scan(r.Headers)
+	h.scan(queryBodyHeaders(r.RawQuery)) // as Verify does
 	if r.ObjectChecksum {
 		h.nChecksum = 0
 	}

@@ -57,7 +57,7 @@ func StringToSignV2(r *Request, dateOrExpires string) string {
 // stringToSignV2 is StringToSignV2; bucketSlash ends a path-style bucket's
 // resource with '/' ("/bucket/"), as botocore signs bucket operations;
 // queryAmz are a presigned URL's x-amz-* query parameters, signed among the
-// amz headers after the request's own (queryAmzV2).
+// amz headers after the request's own (queryAmz).
 func stringToSignV2(r *Request, dateOrExpires string, bucketSlash bool, queryAmz []HeaderField) string {
 	hs := r.Headers
 	if len(queryAmz) > 0 {
@@ -78,13 +78,13 @@ func stringToSignV2(r *Request, dateOrExpires string, bucketSlash bool, queryAmz
 	return b.String()
 }
 
-// queryAmzV2 are the x-amz-* parameters of r's query, less a V4 presigned
+// queryAmz are the x-amz-* parameters of r's query, less a V4 presigned
 // URL's own (IsPresignParam): S3 headers to the gateway, which acts on them
 // as it does on the request's headers (SDK presigners hoist headers into the
 // query). A V2 signature covers them only as amz headers: botocore's
 // HmacV1QueryAuth signs a presigned URL's x-amz-* headers, then moves them
 // into its query.
-func queryAmzV2(rawQuery string) []HeaderField {
+func queryAmz(rawQuery string) []HeaderField {
 	var out []HeaderField
 	for q := rawQuery; q != ""; {
 		var part string
@@ -99,6 +99,19 @@ func queryAmzV2(rawQuery string) []HeaderField {
 		}
 	}
 	return out
+}
+
+// queryBodyHeaders are the x-amz-* query parameters that describe the
+// body (its checksum, trailer and decoded length), for headerScan.
+func queryBodyHeaders(rawQuery string) []HeaderField {
+	q := queryAmz(rawQuery)
+	body := q[:0]
+	for _, f := range q {
+		if f.Name == "x-amz-trailer" || f.Name == "x-amz-decoded-content-length" || checksumFromHeader(f.Name) != ckNone {
+			body = append(body, f)
+		}
+	}
+	return body
 }
 
 // IsPresignParam reports whether a query parameter (lower case) is part of a
@@ -286,7 +299,7 @@ func (v *Verifier) verifyHeaderV2(r *Request, h *headerScan) (*Auth, error) {
 	}
 	// The header signs no query: an x-amz-* parameter there would be acted
 	// on as a header nobody signed (a copy source, an ACL).
-	if q := queryAmzV2(r.RawQuery); len(q) > 0 {
+	if q := queryAmz(r.RawQuery); len(q) > 0 {
 		return nil, errAccessDenied("The query parameter " + q[0].Name + " is not covered by an AWS Signature Version 2 Authorization header, which signs no query; send it as a header")
 	}
 	if err := v.checkSignatureV2(r, akid, sig, dateLine, nil); err != nil {
@@ -354,7 +367,7 @@ func (v *Verifier) verifyPresignedV2(r *Request, h *headerScan) (*Auth, error) {
 			Field{"Expires", end.UTC().Format(time.RFC3339)},
 			Field{"ServerTime", now.UTC().Format(time.RFC3339)})
 	}
-	if err := v.checkSignatureV2(r, akid, sig, expires, queryAmzV2(r.RawQuery)); err != nil {
+	if err := v.checkSignatureV2(r, akid, sig, expires, queryAmz(r.RawQuery)); err != nil {
 		return nil, err
 	}
 	return newAuth(Auth{AccessKeyID: akid, SignatureV2: true, Presigned: true, Payload: PayloadUnsigned, Time: now}, h)

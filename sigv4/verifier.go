@@ -122,6 +122,11 @@ func (v *Verifier) now() time.Time {
 func (v *Verifier) Verify(r *Request) (*Auth, error) {
 	var h headerScan
 	h.scan(r.Headers)
+	// The body's own headers sent as query parameters: the gateway hoists
+	// every x-amz-* parameter into a header it sends on, so they describe
+	// the body exactly as the headers would (a checksum the store is then
+	// asked to hold it to is verified here too).
+	h.scan(queryBodyHeaders(r.RawQuery))
 	if r.ObjectChecksum {
 		h.nChecksum = 0
 	}
