@@ -2,9 +2,11 @@ package gateway
 
 import (
 	"net/http"
+	"strconv"
 	"strings"
 
 	"github.com/valyala/fasthttp"
+	"golang.org/x/net/http/httpguts"
 
 	"github.com/fencegate/fencegate/sigv4"
 )
@@ -90,10 +92,27 @@ func (v *headerView) read(h *fasthttp.RequestHeader, query *fasthttp.Args, a *st
 			continue
 		}
 		if name := a.lower(a.add(k)); !sigv4.IsPresignParam(name) {
+			if e := storeHeaderRefusal("query parameter", name, string(val)); e != nil && refused == nil {
+				refused = e
+			}
 			add(name, a.add(val))
 		}
 	}
 	return refused
+}
+
+// storeHeaderRefusal refuses a header that the gateway would send to the
+// store but that did not arrive as a header (a query parameter, a POST
+// form's field), whose name or value HTTP cannot carry: a CR or LF, another
+// control character, a name that is no token. Sent on, Go would rewrite it
+// after fencegate signed the store request, and the store's refusal of that
+// signature would read as fencegate's own credentials being wrong.
+func storeHeaderRefusal(what, name, value string) *apiError {
+	if !httpguts.ValidHeaderFieldName(name) || !httpguts.ValidHeaderFieldValue(value) {
+		return newAPIError("InvalidArgument", http.StatusBadRequest,
+			"The "+what+" "+strconv.Quote(name)+" is a header whose name or value an HTTP header cannot carry (a line break, a control character, a space in the name).")
+	}
+	return nil
 }
 
 // index is the position of the header name (lower case) in fields, or -1.

@@ -342,6 +342,13 @@ func postHeaders(post *sigv4.PostObject) (http.Header, *apiError) {
 	if metadata > maxUserMetadata {
 		return nil, metadataTooLarge(metadata)
 	}
+	for name, values := range h {
+		for _, v := range values {
+			if e := storeHeaderRefusal("form field", name, v); e != nil {
+				return nil, e
+			}
+		}
+	}
 	return h, nil
 }
 
