@@ -2,6 +2,7 @@ package conformance
 
 import (
 	"context"
+	"net/http"
 	"strings"
 	"testing"
 
@@ -142,4 +143,46 @@ func TestEmptyObjectsAndDirectoryMarkers(t *testing.T) {
 		}
 	}
 	audit(t, g.Store, bucket, "empty", "folder/", "a b/c?d#e")
+}
+
+// SeaweedFS keeps the keys under "d/" as a directory "d": it refuses to
+// create "d" (or the marker "d/") on the condition that the key is absent,
+// though its HEAD finds none. fencegate sends such a write once more and
+// then answers 409 ObjectExistsAsDirectory, which clients do not retry,
+// rather than 503 SlowDown, which they retried for ever; nothing lands, the
+// attempt fails and the lease is free. The key under it is untouched.
+func TestKeyOverADirectoryOfTheStore(t *testing.T) {
+	g := startGateway(t, gatewayOptions{Lease: testLease})
+	bucket := "t-dirkey-" + randomSuffix()
+	createBucket(t, g.Endpoint, bucket)
+	wantWireStatus(t, "PUT d/x", wireExchange(t, g.Endpoint, "PUT", "/"+bucket+"/d/x", []byte("child"), nil), 200)
+	for _, key := range []string{"d", "d/"} {
+		w := wireExchange(t, g.Endpoint, "PUT", "/"+bucket+"/"+key, []byte("over"), nil)
+		if key == "d/" {
+			w = wireExchange(t, g.Endpoint, "PUT", "/"+bucket+"/"+key, nil, nil)
+		}
+		if w.Status != http.StatusConflict || errorCode(w.Body) != "ObjectExistsAsDirectory" {
+			t.Fatalf("PUT %s over the store's directory: %d %s", key, w.Status, w.Body)
+		}
+		as := attemptsOf(t, bucket, key)
+		for _, a := range as {
+			if a.State != "failed" {
+				t.Errorf("PUT %s: attempts %+v, want every one failed", key, as)
+			}
+		}
+		if len(as) == 0 {
+			t.Errorf("PUT %s: no attempt recorded", key)
+		}
+		if !leaseExpired(t, bucket, key) {
+			t.Errorf("PUT %s: the key's lease is still held", key)
+		}
+		// "d/" is the store's directory to a HEAD: the catalog may record
+		// it (external), never as fencegate's bytes.
+		if row, ok := catalogOf(t, bucket, key); ok && row.Origin == "fencegate" {
+			t.Errorf("PUT %s: the catalog row %+v", key, row)
+		}
+	}
+	if got := getBody(t, g.Endpoint, bucket, "d/x"); string(got) != "child" {
+		t.Errorf("d/x holds %q", got)
+	}
 }

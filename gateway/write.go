@@ -20,9 +20,13 @@ var (
 		"A conflicting conditional operation is currently in progress against this resource. Please try again.")
 	errNoSuchBucket = newAPIError("NoSuchBucket", http.StatusNotFound, "The specified bucket does not exist.")
 	errSlowDown     = newAPIError("SlowDown", http.StatusServiceUnavailable, "Please reduce your request rate.")
-	errLeaseLost    = newAPIError("ServiceUnavailable", http.StatusServiceUnavailable, "The gateway lost its lease on the key while writing it; the outcome is being settled. Please try again.")
-	errNoSession    = newAPIError("ServiceUnavailable", http.StatusServiceUnavailable, "The gateway cannot keep its session with its database; it takes no writes until the session is back. Please try again.")
-	errUnrecorded   = newAPIError("InternalError", http.StatusInternalServerError, "The store accepted the write but the gateway could not record it; it will be settled. Please try again.")
+	// errFenceRefused answers lease.ErrFenceRefused: a conflict, so that
+	// clients do not retry it as they retry SlowDown.
+	errFenceRefused = newAPIError("ObjectExistsAsDirectory", http.StatusConflict,
+		"The store refuses to write this key while it holds keys under it (key/...), which it keeps as a directory: delete those keys, or use another key.")
+	errLeaseLost  = newAPIError("ServiceUnavailable", http.StatusServiceUnavailable, "The gateway lost its lease on the key while writing it; the outcome is being settled. Please try again.")
+	errNoSession  = newAPIError("ServiceUnavailable", http.StatusServiceUnavailable, "The gateway cannot keep its session with its database; it takes no writes until the session is back. Please try again.")
+	errUnrecorded = newAPIError("InternalError", http.StatusInternalServerError, "The store accepted the write but the gateway could not record it; it will be settled. Please try again.")
 )
 
 // generationHeader tells a writer which generation its write became.
@@ -93,6 +97,8 @@ func (s *Server) writeError(r *request, key string, err error) *apiError {
 		return errNoSuchBucket
 	case errors.Is(err, lease.ErrKeyChanged):
 		return errSlowDown
+	case errors.Is(err, lease.ErrFenceRefused):
+		return errFenceRefused
 	case errors.Is(err, lease.ErrEntryAbsent):
 		return errNoSuchKey
 	case errors.Is(err, lease.ErrEntryMismatch):

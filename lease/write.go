@@ -171,6 +171,13 @@ var (
 	// changed around the gateway (or moved and came back) and the write
 	// cannot be sent again; nothing was written. The client may try again.
 	ErrKeyChanged = errors.New("the key changed around the gateway")
+	// ErrFenceRefused: the store refused a PUT's condition twice while its
+	// HEAD showed the key just as the condition named it each time: the
+	// store holds something there that only its condition sees (SeaweedFS
+	// keeps the keys under "key/" as a directory, which refuses
+	// If-None-Match on "key" and If-Match on "key/"). Nothing was written;
+	// trying again would meet the same refusal.
+	ErrFenceRefused = errors.New("the store refuses fencegate's condition on the key, though a HEAD finds the key as the condition names it")
 	// ErrEntryAbsent and ErrEntryMismatch: the key is absent, or at
 	// another ETag than EntryETag names (S3's NoSuchKey and
 	// PreconditionFailed for the entry); nothing was sent.
@@ -286,14 +293,26 @@ func (w *write) run(ctx context.Context, send func(Try) Sent, at func(Step)) (Wr
 			return o, err
 		}
 		if now == fence {
-			l.Fail(fmt.Sprintf("the store refused the request itself: %d %s", ans.Status, http.StatusText(ans.Status)))
 			if ans.Status == http.StatusPreconditionFailed && !req.OtherCondition {
 				// No condition of the client's was sent, so a 412 is a
 				// condition of fencegate's: the key moved and came back (an
 				// absent key created and deleted around the gateway
 				// meanwhile), or a copy's source changed after it was read.
+				// A PUT is sent once more when its body can be: a second
+				// refusal, the key still as fenced to a HEAD, is the
+				// store's own (ErrFenceRefused), which no retry of the
+				// client's would get past.
+				if req.Kind == KindPut && req.Resendable && try == 0 {
+					continue
+				}
+				l.Fail(fmt.Sprintf("the store refused fencegate's condition, and the key is as it was fenced: %d %s",
+					ans.Status, http.StatusText(ans.Status)))
+				if req.Kind == KindPut && try > 0 {
+					return Written{}, ErrFenceRefused
+				}
 				return Written{}, ErrKeyChanged
 			}
+			l.Fail(fmt.Sprintf("the store refused the request itself: %d %s", ans.Status, http.StatusText(ans.Status)))
 			// The store's refusal (or, the key as fenced, the client's own
 			// precondition beside the fence) is the client's answer.
 			return Written{}, nil
