@@ -380,6 +380,10 @@ func parseCondition(raw json.RawMessage, rng *[2]int64) (*postCondition, *Error)
 			if n[0] > n[1] {
 				return nil, errPolicy("Invalid content-length-range: the minimum exceeds the maximum.")
 			}
+			// Every condition must hold: a second range narrows the first.
+			if rng[1] >= 0 {
+				n = [2]int64{max(n[0], rng[0]), min(n[1], rng[1])}
+			}
 			*rng = n
 			return nil, nil
 		case "eq", "starts-with":

@@ -203,3 +203,31 @@ func TestPostPolicySignature(t *testing.T) {
 		t.Fatalf("tampered policy: %v, want SignatureDoesNotMatch", err)
 	}
 }
+
+// Every condition of a policy must hold, so two content-length-ranges both
+// bound the file: their intersection, not the last one.
+func TestPostLengthRangesIntersect(t *testing.T) {
+	now := exampleTime
+	v := testVerifier(now)
+	cred := exampleAKID + "/" + now.Format("20060102") + "/us-east-1/s3/aws4_request"
+	policy := postPolicyB64(t, map[string]any{"expiration": now.Add(time.Hour).Format("2006-01-02T15:04:05.000Z"),
+		"conditions": []any{
+			map[string]string{"bucket": "b"},
+			[]any{"starts-with", "$key", ""},
+			[]any{"content-length-range", 0, 10},
+			[]any{"content-length-range", 5, 1000000},
+			map[string]string{"x-amz-algorithm": "AWS4-HMAC-SHA256"},
+			map[string]string{"x-amz-credential": cred},
+			map[string]string{"x-amz-date": now.Format(iso8601Basic)},
+		}})
+	p, err := v.VerifyPost(&PostRequest{Bucket: "b", Fields: v4Form(policy, now, HeaderField{"key", "k"}), Filename: "f"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.MinLength != 5 || p.MaxLength != 10 {
+		t.Fatalf("ranges [0,10] and [5,1000000]: [%d,%d], want [5,10]", p.MinLength, p.MaxLength)
+	}
+	if e := p.CheckLength(1000); e == nil || e.(*Error).Code != CodeEntityTooLarge {
+		t.Fatalf("1000 bytes: %v", e)
+	}
+}
