@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/fencegate/fencegate/lease"
+	"github.com/fencegate/fencegate/sigv4"
 	"github.com/fencegate/fencegate/store"
 )
 
@@ -30,6 +31,9 @@ type ProbeResult struct {
 	// match its x-amz-checksum-crc32 header or is cut short, so spooled
 	// bodies may travel plain (forward.go, sendsPlain).
 	PlainChecksums bool
+	// HeaderWhitespace: how the store folds whitespace inside a signed
+	// header value, so fencegate signs a value with a tab as it verifies.
+	HeaderWhitespace sigv4.Whitespace
 }
 
 // ProbeCheck is one proven (or refuted) behaviour.
@@ -123,6 +127,9 @@ func (s *Server) Probe(ctx context.Context, bucket string) (ProbeResult, error) 
 	res.Optional = append(res.Optional, ProbeCheck{"plain body not matching its x-amz-checksum-crc32, or cut short, is not published", ok, note})
 	res.PlainChecksums = ok
 	res.KeepsBackslash = p.keepsBackslash(ctx)
+	var fold ProbeCheck
+	res.HeaderWhitespace, fold = p.headerWhitespace(ctx)
+	res.Optional = append(res.Optional, fold)
 	p.s.ApplyProbe(res)
 	return res, nil
 }
@@ -132,6 +139,30 @@ func (s *Server) Probe(ctx context.Context, bucket string) (ProbeResult, error) 
 func (s *Server) ApplyProbe(res ProbeResult) {
 	s.keepsBackslash.Store(res.KeepsBackslash)
 	s.plainChecksums.Store(res.PlainChecksums)
+	s.store.SetHeaderWhitespace(res.HeaderWhitespace)
+}
+
+// headerWhitespace learns how the store folds the whitespace inside a
+// signed header value (sigv4.Whitespace): a HEAD of an absent key with a tab
+// in a metadata header, signed each way, answered 404 (not 403) by the store
+// for the folding it verifies with. The check passes when one is found; the
+// client's signer is left at it, or at spaces when the store takes neither.
+func (p *prober) headerWhitespace(ctx context.Context) (sigv4.Whitespace, ProbeCheck) {
+	check := ProbeCheck{Name: "a signed header value with a tab is verified by the store"}
+	h := map[string]string{"X-Amz-Meta-Fencegate-Probe": "a\tb"}
+	var notes []string
+	for _, w := range []sigv4.Whitespace{sigv4.FoldSpaces, sigv4.FoldAllWhitespace} {
+		p.s.store.SetHeaderWhitespace(w)
+		st, _ := p.status(ctx, http.MethodHead, p.prefix+"whitespace", nil, h, "")
+		if st == http.StatusNotFound {
+			check.OK, check.Note = true, w.String()
+			return w, check
+		}
+		notes = append(notes, w.String()+": "+statusNote(st))
+	}
+	p.s.store.SetHeaderWhitespace(sigv4.FoldSpaces)
+	check.Note = strings.Join(notes, "; ")
+	return sigv4.FoldSpaces, check
 }
 
 // plainChecked learns whether a spooled body may travel plain with its CRC32

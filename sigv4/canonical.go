@@ -171,8 +171,53 @@ func decodedEquals(s, want string) bool {
 	return queryUnescape(s) == want
 }
 
-// appendHeaderValue writes v trimmed, with inner runs of spaces collapsed.
-func appendHeaderValue(dst []byte, v string) []byte {
+// Whitespace is how a canonical header value folds the whitespace inside it.
+// SigV4's text asks for "sequential spaces" collapsed; the signers part on
+// what counts as one: aws-sdk-go-v2 and the Java SDK collapse spaces only,
+// botocore (aws cli, boto3) every run of whitespace, tabs included, and
+// SeaweedFS and MinIO verify so too (Go's strings.Fields). The two differ only
+// on a value with a tab or another whitespace character than the space.
+type Whitespace uint32
+
+const (
+	// FoldSpaces trims a value and collapses its runs of spaces.
+	FoldSpaces Whitespace = iota
+	// FoldAllWhitespace trims a value and collapses its runs of any
+	// whitespace (unicode.IsSpace) to one space.
+	FoldAllWhitespace
+)
+
+func (w Whitespace) String() string {
+	if w == FoldAllWhitespace {
+		return "every whitespace run folded"
+	}
+	return "space runs folded"
+}
+
+// foldsApart reports whether v's canonical form may differ between the two
+// Whitespace foldings: it holds a control whitespace byte or a multi-byte
+// character (U+0085 and U+00A0 are whitespace to unicode.IsSpace).
+func foldsApart(v string) bool {
+	for i := 0; i < len(v); i++ {
+		if c := v[i]; c >= 0x80 || c >= '\t' && c <= '\r' {
+			return true
+		}
+	}
+	return false
+}
+
+// appendHeaderValue writes v trimmed, with inner runs of spaces (fold
+// FoldSpaces) or of any whitespace (FoldAllWhitespace) collapsed to one space.
+func appendHeaderValue(dst []byte, v string, fold Whitespace) []byte {
+	if fold == FoldAllWhitespace && foldsApart(v) {
+		for i, f := range strings.Fields(v) {
+			if i > 0 {
+				dst = append(dst, ' ')
+			}
+			dst = append(dst, f...)
+		}
+		return dst
+	}
 	space := false
 	start := len(dst)
 	for i := 0; i < len(v); i++ {
@@ -203,14 +248,14 @@ func appendLower(dst []byte, s string) []byte {
 
 // appendCanonicalHeaders writes "name:value\n" for every name in the
 // semicolon-separated signedHeaders list, joining repeated headers with ','.
-func appendCanonicalHeaders(dst []byte, r *Request, signedHeaders string) []byte {
+func appendCanonicalHeaders(dst []byte, r *Request, signedHeaders string, fold Whitespace) []byte {
 	for list := signedHeaders; list != ""; {
 		var name string
 		name, list, _ = strings.Cut(list, ";")
 		dst = appendLower(dst, name)
 		dst = append(dst, ':')
 		if r.Host != "" && strings.EqualFold(name, "host") {
-			dst = appendHeaderValue(dst, r.Host)
+			dst = appendHeaderValue(dst, r.Host, fold)
 		} else {
 			first := true
 			for i := range r.Headers {
@@ -222,7 +267,7 @@ func appendCanonicalHeaders(dst []byte, r *Request, signedHeaders string) []byte
 					dst = append(dst, ',')
 				}
 				first = false
-				dst = appendHeaderValue(dst, h.Value)
+				dst = appendHeaderValue(dst, h.Value, fold)
 			}
 		}
 		dst = append(dst, '\n')
@@ -261,9 +306,10 @@ func putScratch(s *scratchBuf) {
 // sign builds r's canonical request in s.canon (signedHeaders, payloadHash;
 // skipQuery as appendCanonicalQuery's skip) and its string to sign in
 // s.sts[64:], and returns the signature under key and where the canonical
-// query sits in s.canon. The Verifier checks a client's signature with it and
-// the Signer signs fencegate's own requests: one canonical form for both.
-func (s *scratchBuf) sign(key *[32]byte, r *Request, skipQuery, signedHeaders, payloadHash, amzDate, scope string) (sig [32]byte, query [2]int) {
+// query sits in s.canon, header values folded as fold says. The Verifier
+// checks a client's signature with it and the Signer signs fencegate's own
+// requests: one canonical form for both.
+func (s *scratchBuf) sign(key *[32]byte, r *Request, skipQuery, signedHeaders, payloadHash, amzDate, scope string, fold Whitespace) (sig [32]byte, query [2]int) {
 	canon := append(s.canon[:0], r.Method...)
 	canon = append(canon, '\n')
 	canon = appendCanonicalURI(canon, r.RawPath)
@@ -272,7 +318,7 @@ func (s *scratchBuf) sign(key *[32]byte, r *Request, skipQuery, signedHeaders, p
 	canon = appendCanonicalQuery(canon, r.RawQuery, skipQuery, s)
 	query[1] = len(canon)
 	canon = append(canon, '\n')
-	canon = appendCanonicalHeaders(canon, r, signedHeaders)
+	canon = appendCanonicalHeaders(canon, r, signedHeaders, fold)
 	canon = append(canon, '\n')
 	canon = append(canon, signedHeaders...)
 	canon = append(canon, '\n')

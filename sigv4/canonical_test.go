@@ -52,8 +52,23 @@ func TestCanonicalHeaderValue(t *testing.T) {
 		"   ":         "",
 		"x":           "x",
 	} {
-		if got := string(appendHeaderValue(nil, in)); got != want {
-			t.Errorf("%q: got %q want %q", in, got, want)
+		for _, fold := range []Whitespace{FoldSpaces, FoldAllWhitespace} {
+			if got := string(appendHeaderValue(nil, in, fold)); got != want {
+				t.Errorf("%q, %s: got %q want %q", in, fold, got, want)
+			}
+		}
+	}
+	// A tab, a vertical tab and a no-break space are folded by one way only.
+	for in, want := range map[string][2]string{
+		" a\tb  c\t":         {"a\tb c\t", "a b c"},
+		"a \t b":             {"a \t b", "a b"},
+		"x\vy\u00a0z":        {"x\vy\u00a0z", "x y z"},
+		"caf\u00e9  au lait": {"caf\u00e9 au lait", "caf\u00e9 au lait"},
+	} {
+		for i, fold := range []Whitespace{FoldSpaces, FoldAllWhitespace} {
+			if got := string(appendHeaderValue(nil, in, fold)); got != want[i] {
+				t.Errorf("%q, %s: got %q want %q", in, fold, got, want[i])
+			}
 		}
 	}
 }

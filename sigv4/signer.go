@@ -4,6 +4,7 @@ import (
 	"encoding/hex"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"time"
 )
 
@@ -16,7 +17,17 @@ type Signer struct {
 	AccessKey, SecretKey string
 	Region, Service      string
 	keys                 keyCache
+	// fold is the Whitespace the store folds signed header values with
+	// (SetWhitespace); FoldSpaces until told.
+	fold atomic.Uint32
 }
+
+// SetWhitespace signs from now on with header values folded as w: as the
+// store verifies them (learnt by the gateway's start-up probe).
+func (s *Signer) SetWhitespace(w Whitespace) { s.fold.Store(uint32(w)) }
+
+// Whitespace is the folding the signer signs with.
+func (s *Signer) Whitespace() Whitespace { return Whitespace(s.fold.Load()) }
 
 // unsignedHeaders are never signed: they describe the hop (a proxy may
 // rewrite them) or carry the signature itself.
@@ -86,7 +97,7 @@ func (s *Signer) Sign(r *Request, amzDate, payloadHash string) SignedRequest {
 	date := amzDate[:8]
 	scope := date + "/" + s.Region + "/" + s.Service + "/" + terminator
 	key := s.keys.get(s.AccessKey, s.SecretKey, date, s.Region, s.Service)
-	sig, q := sc.sign(&key, r, "", signedHeaders, payloadHash, amzDate, scope)
+	sig, q := sc.sign(&key, r, "", signedHeaders, payloadHash, amzDate, scope, s.Whitespace())
 	query := string(sc.canon[q[0]:q[1]])
 
 	var b strings.Builder

@@ -119,3 +119,65 @@ func BenchmarkSigner(b *testing.B) {
 		}
 	})
 }
+
+// A value with a tab is signed in two canonical forms by the clients
+// (Whitespace): the Verifier accepts either, and nothing else; the Signer
+// signs in the one it is set to. The SDK, which folds spaces only, is the
+// oracle for FoldSpaces; for FoldAllWhitespace it signs the value as botocore
+// canonicalizes it ("a b c"), which must give the same signature.
+func TestHeaderWhitespaceFoldings(t *testing.T) {
+	at := time.Date(2026, 12, 7, 3, 0, 0, 0, time.UTC)
+	sdk := v4.NewSigner(func(o *v4.SignerOptions) { o.DisableURIPathEscaping = true })
+	const value = "a\tb  c"
+	sign := func(asSigned string) *Request {
+		req, err := http.NewRequest("PUT", "http://gw.example/bucket/k", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("X-Amz-Content-Sha256", "UNSIGNED-PAYLOAD")
+		req.Header.Set("X-Amz-Meta-Note", asSigned)
+		if err := sdk.SignHTTP(context.Background(), aws.Credentials{AccessKeyID: exampleAKID, SecretAccessKey: exampleSecret},
+			req, "UNSIGNED-PAYLOAD", "s3", "us-east-1", at); err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("X-Amz-Meta-Note", value)
+		return fromHTTP(req)
+	}
+	for _, tc := range []struct {
+		name, asSigned string
+		fold           Whitespace
+		ok             bool
+	}{
+		{"spaces folded", value, FoldSpaces, true},
+		{"all whitespace folded", "a b c", FoldAllWhitespace, true},
+		{"another value", "a b d", FoldAllWhitespace, false},
+		{"the tab dropped", "ab c", FoldAllWhitespace, false},
+	} {
+		r := sign(tc.asSigned)
+		_, err := testVerifier(at).Verify(r)
+		if tc.ok && err != nil {
+			t.Errorf("%s: refused: %v", tc.name, err)
+		}
+		if !tc.ok {
+			wantCode(t, err, CodeSignatureDoesNotMatch)
+			continue
+		}
+		// The Signer set to this folding signs the same request alike.
+		ours := &Signer{AccessKey: exampleAKID, SecretKey: exampleSecret, Region: "us-east-1", Service: "s3"}
+		ours.SetWhitespace(tc.fold)
+		mine := r.clone().del("Authorization").del("Host")
+		mine.Host = "gw.example"
+		if got, want := ours.Sign(mine, AmzDate(at), "UNSIGNED-PAYLOAD").Authorization, headerOf(r, "Authorization"); got != want {
+			t.Errorf("%s: the Signer gives\n %s\nthe client\n %s", tc.name, got, want)
+		}
+	}
+}
+
+func headerOf(r *Request, name string) string {
+	for _, h := range r.Headers {
+		if http.CanonicalHeaderKey(h.Name) == http.CanonicalHeaderKey(name) {
+			return h.Value
+		}
+	}
+	return ""
+}

@@ -187,6 +187,14 @@ func (c *Client) Sign(req *http.Request, payloadHash string) error {
 	return nil
 }
 
+// SetHeaderWhitespace signs from now on with header values folded as the
+// store verifies them (sigv4.Whitespace; the gateway's start-up probe learns
+// it): a value with a tab is otherwise signed in a form the store refuses.
+func (c *Client) SetHeaderWhitespace(w sigv4.Whitespace) { c.signer.SetWhitespace(w) }
+
+// HeaderWhitespace is the folding the client signs header values with.
+func (c *Client) HeaderWhitespace() sigv4.Whitespace { return c.signer.Whitespace() }
+
 // SendUnsigned sends req without any credentials, as an anonymous client
 // would: the store answers it from its own ACLs and policies (an anonymous
 // read, gateway/anonymous.go).
