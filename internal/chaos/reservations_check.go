@@ -42,6 +42,9 @@ type reservationRow struct {
 	Released             bool  // its committed object left the account's used bytes
 	Swept                bool
 	Open                 bool // an attempt of it is leased or unknown: it may not be swept yet
+	// Evidence for a violation's line: its sweep's tries and last error,
+	// and each of its attempts' op, state, declared size and reason.
+	Sweep, Attempts string
 }
 
 // objectState is a key's object at the store, or its current catalog entry.
@@ -102,7 +105,8 @@ func checkReservations(st reservationState) []string {
 			}
 			obj, ok := st.Store[r.Key]
 			if rec := st.Log[r.ID]; ok && rec != nil && slices.Contains(rec.Uploaded, obj.ETag) {
-				out = append(out, fmt.Sprintf("%s reservation %s (%s): bytes uploaded under it (ETag %s) left at the store after the sweeper's pass", r.State, r.ID, r.Key, obj.ETag))
+				out = append(out, fmt.Sprintf("%s reservation %s (%s): bytes uploaded under it (ETag %s) left at the store after the sweeper's pass (the catalog's entry %+v; %s; attempts: %s)",
+					r.State, r.ID, r.Key, obj.ETag, st.Catalog[r.Key], r.Sweep, r.Attempts))
 			}
 		}
 	}
@@ -249,14 +253,18 @@ func stuckReservations(ctx context.Context, db *catalog) string {
 func (c *Campaign) reservationState(ctx context.Context, db *catalog) (reservationState, error) {
 	st := reservationState{Store: map[string]objectState{}, Catalog: map[string]objectState{}}
 	rows, err := db.pool.Query(ctx, `SELECT reservation_id::text, key, state, coalesce(etag, ''), coalesce(size, 0),
-			coalesce(generation, 0), reserved_bytes, released_at IS NOT NULL, swept_at IS NOT NULL, `+reservationOpen+`
+			coalesce(generation, 0), reserved_bytes, released_at IS NOT NULL, swept_at IS NOT NULL, `+reservationOpen+`,
+			format('sweep tries %s, last error %s', tries, coalesce(last_error, 'none')),
+			coalesce((SELECT string_agg(format('%s %s %s (declared %s B, etag %s, reason %s)', t.attempt_id, t.op, t.state,
+					t.declared_size, coalesce(t.etag, '-'), coalesce(t.reason, '-')), '; ' ORDER BY t.created_at)
+				FROM reservation_attempts a JOIN attempts t USING (attempt_id) WHERE a.reservation_id = r.reservation_id), 'none')
 		FROM reservations r WHERE bucket = $1 ORDER BY created_at`, reservationBucket)
 	if err != nil {
 		return st, err
 	}
 	for rows.Next() {
 		var r reservationRow
-		if err := rows.Scan(&r.ID, &r.Key, &r.State, &r.ETag, &r.Size, &r.Generation, &r.Reserved, &r.Released, &r.Swept, &r.Open); err != nil {
+		if err := rows.Scan(&r.ID, &r.Key, &r.State, &r.ETag, &r.Size, &r.Generation, &r.Reserved, &r.Released, &r.Swept, &r.Open, &r.Sweep, &r.Attempts); err != nil {
 			rows.Close()
 			return st, err
 		}
