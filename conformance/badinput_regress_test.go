@@ -2,10 +2,12 @@ package conformance
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"crypto/md5"
 	"encoding/base64"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -151,6 +153,66 @@ func TestDocumentOfAnotherRootIsMalformedXML(t *testing.T) {
 	doc = []byte("<CompleteMultipartUpload><Part><PartNumber>1</PartNumber><ETag>" + *part.ETag + "</ETag></Part></CompleteMultipartUpload>")
 	if r := doRaw(g.Endpoint, "POST", path, doc, nil); r.Status != 200 {
 		t.Errorf("the proper Complete: %+v", r)
+	}
+}
+
+// A Complete's part list must name parts in strictly ascending order, as
+// S3 requires: one out of order or named twice is 400 InvalidPartOrder, an
+// empty list 400 MalformedXML, both before any lease. Before, the store's
+// answer was passed on: SeaweedFS published an upload from a list naming
+// part 1 twice, and answered an empty list 404 NoSuchUpload.
+func TestCompletePartListOrder(t *testing.T) {
+	g := startGateway(t, gatewayOptions{})
+	ctx := context.Background()
+	bucket := "t-partorder-" + randomSuffix()
+	createBucket(t, g.Endpoint, bucket)
+	key := "upload"
+	c := g.S3Client()
+	up, err := c.CreateMultipartUpload(ctx, &s3.CreateMultipartUploadInput{Bucket: &bucket, Key: &key})
+	if err != nil {
+		t.Fatal(err)
+	}
+	etags := map[int32]string{}
+	for n, body := range map[int32][]byte{1: bytes.Repeat([]byte("1"), 5<<20), 2: []byte("two")} {
+		part, err := c.UploadPart(ctx, &s3.UploadPartInput{Bucket: &bucket, Key: &key, UploadId: up.UploadId, PartNumber: aws.Int32(n), Body: bytes.NewReader(body)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		etags[n] = *part.ETag
+	}
+	doc := func(numbers ...int32) []byte {
+		var b strings.Builder
+		b.WriteString("<CompleteMultipartUpload>")
+		for _, n := range numbers {
+			fmt.Fprintf(&b, "<Part><PartNumber>%d</PartNumber><ETag>%s</ETag></Part>", n, etags[n])
+		}
+		b.WriteString("</CompleteMultipartUpload>")
+		return []byte(b.String())
+	}
+	path := "/" + bucket + "/" + key + "?uploadId=" + url.QueryEscape(*up.UploadId)
+	for _, tc := range []struct {
+		name    string
+		numbers []int32
+		code    string
+	}{
+		{"parts 2, 1", []int32{2, 1}, "InvalidPartOrder"},
+		{"part 1 twice", []int32{1, 1}, "InvalidPartOrder"},
+		{"parts 1, 2, 2", []int32{1, 2, 2}, "InvalidPartOrder"},
+		{"no part", nil, "MalformedXML"},
+	} {
+		if r := doRaw(g.Endpoint, "POST", path, doc(tc.numbers...), nil); r.Status != 400 || r.Code != tc.code {
+			t.Errorf("Complete with %s: %+v, want 400 %s", tc.name, r, tc.code)
+		}
+		requireAbsent(t, g.Store, bucket, key, "Complete with "+tc.name)
+	}
+	if n := len(attemptsOf(t, bucket, key)); n != 1 { // the upload's own
+		t.Errorf("%d attempts: a refused Complete took the lease", n)
+	}
+	if r := doRaw(g.Endpoint, "POST", path, doc(1, 2), nil); r.Status != 200 {
+		t.Fatalf("the proper Complete: %+v", r)
+	}
+	if body, _, ok := storeGet(t, g.Store, bucket, key); !ok || len(body) != 5<<20+3 {
+		t.Errorf("the published object: %d bytes (present %v), want %d", len(body), ok, 5<<20+3)
 	}
 }
 

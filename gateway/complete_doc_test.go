@@ -13,18 +13,28 @@ func TestCompleteDocument(t *testing.T) {
 	for _, tc := range []struct {
 		name string
 		doc  string
-		ok   bool
+		code string // "" for a document that is sent
 	}{
-		{"one part", `<?xml version="1.0"?><CompleteMultipartUpload xmlns="http://s3.amazonaws.com/doc/2006-03-01/">` + part + `</CompleteMultipartUpload>`, true},
-		{"another root", `<Delete>` + part + `</Delete>`, false},
-		{"nested 100,000 deep", deep, false},
-		{"unclosed", `<CompleteMultipartUpload>` + part, false},
-		{"two roots", `<CompleteMultipartUpload/><CompleteMultipartUpload/>`, false},
-		{"mismatched", `<CompleteMultipartUpload><Part></ETag></CompleteMultipartUpload>`, false},
-		{"empty", ``, false},
+		{"one part", `<?xml version="1.0"?><CompleteMultipartUpload xmlns="http://s3.amazonaws.com/doc/2006-03-01/">` + part + `</CompleteMultipartUpload>`, ""},
+		{"parts 1, 3", `<CompleteMultipartUpload>` + part + `<Part><PartNumber> 3 </PartNumber></Part></CompleteMultipartUpload>`, ""},
+		{"a number split by a comment", `<CompleteMultipartUpload>` + part + `<Part><PartNumber>1<!-- -->2</PartNumber></Part></CompleteMultipartUpload>`, ""},
+		{"another root", `<Delete>` + part + `</Delete>`, "MalformedXML"},
+		{"nested 100,000 deep", deep, "MalformedXML"},
+		{"unclosed", `<CompleteMultipartUpload>` + part, "MalformedXML"},
+		{"two roots", `<CompleteMultipartUpload/><CompleteMultipartUpload/>`, "MalformedXML"},
+		{"mismatched", `<CompleteMultipartUpload><Part></ETag></CompleteMultipartUpload>`, "MalformedXML"},
+		{"empty", ``, "MalformedXML"},
+		{"no part", `<CompleteMultipartUpload></CompleteMultipartUpload>`, "MalformedXML"},
+		{"a number that is not one", `<CompleteMultipartUpload><Part><PartNumber>one</PartNumber></Part></CompleteMultipartUpload>`, "MalformedXML"},
+		{"parts 2, 1", `<CompleteMultipartUpload><Part><PartNumber>2</PartNumber></Part>` + part + `</CompleteMultipartUpload>`, "InvalidPartOrder"},
+		{"part 1 twice", `<CompleteMultipartUpload>` + part + part + `</CompleteMultipartUpload>`, "InvalidPartOrder"},
 	} {
-		if got := completeDocument([]byte(tc.doc)); got != tc.ok {
-			t.Errorf("%s: %v, want %v", tc.name, got, tc.ok)
+		got := ""
+		if e := completeDocument([]byte(tc.doc)); e != nil {
+			got = e.Code
+		}
+		if got != tc.code {
+			t.Errorf("%s: %q, want %q", tc.name, got, tc.code)
 		}
 	}
 }

@@ -50,37 +50,73 @@ var errNoSuchUpload = newAPIError("NoSuchUpload", http.StatusNotFound,
 var errMalformedXML = newAPIError("MalformedXML", http.StatusBadRequest,
 	"The XML you provided was not well-formed or did not validate against our published schema.")
 
-// completeDocument reports a CompleteMultipartUpload document fencegate may
-// send: well-formed to its end, rooted at CompleteMultipartUpload, and no
-// deeper than its schema (root, Part, a Part's fields: 3 levels; 4 allowed).
-// Anything else is refused before the lease: a store that reads the parts
-// of a document of any root would publish the upload, and a document nested
-// a hundred thousand levels deep costs the store long enough that the
-// client gets no answer in time (issue 27's complete-deeply-nested).
-func completeDocument(doc []byte) bool {
+var errInvalidPartOrder = newAPIError("InvalidPartOrder", http.StatusBadRequest,
+	"The list of parts was not in ascending order. The parts list must be specified in order by part number.")
+
+// completeDocument checks a CompleteMultipartUpload document fencegate may
+// send: well-formed to its end, rooted at CompleteMultipartUpload, no deeper
+// than its schema (root, Part, a Part's fields: 3 levels; 4 allowed), and
+// naming at least one part, each PartNumber a number greater than the one
+// before (MalformedXML, or InvalidPartOrder for a number out of order or
+// named twice, as S3 answers). Anything else is refused before the lease: a
+// store that reads the parts of a document of any root would publish the
+// upload, one that reads a part named twice (SeaweedFS) publishes it too, and
+// a document nested a hundred thousand levels deep costs the store long
+// enough that the client gets no answer in time (issue 27's
+// complete-deeply-nested).
+func completeDocument(doc []byte) *apiError {
 	const maxDepth = 4
 	d := xml.NewDecoder(bytes.NewReader(doc))
-	depth, roots := 0, 0
+	depth, roots, parts := 0, 0, 0
+	last := int64(0)
+	var path [maxDepth]string
+	var number []byte // the PartNumber being read
+	order := true
 	for {
 		tok, err := d.Token()
 		if err == io.EOF {
-			return roots == 1 && depth == 0
+			switch {
+			case roots != 1 || depth != 0 || parts == 0:
+				return errMalformedXML
+			case !order:
+				return errInvalidPartOrder
+			}
+			return nil
 		}
 		if err != nil {
-			return false
+			return errMalformedXML
 		}
 		switch el := tok.(type) {
 		case xml.StartElement:
 			if depth == 0 {
 				roots++
 				if roots > 1 || el.Name.Local != "CompleteMultipartUpload" {
-					return false
+					return errMalformedXML
 				}
 			}
 			if depth++; depth > maxDepth {
-				return false
+				return errMalformedXML
+			}
+			path[depth-1] = el.Name.Local
+			if depth == 2 && el.Name.Local == "Part" {
+				parts++
+			}
+		case xml.CharData:
+			if depth == 3 && path[1] == "Part" && path[2] == "PartNumber" {
+				number = append(number, el...)
 			}
 		case xml.EndElement:
+			if depth == 3 && path[1] == "Part" && path[2] == "PartNumber" {
+				// The whole element's text, however the decoder split it.
+				n, err := strconv.ParseInt(strings.TrimSpace(string(number)), 10, 32)
+				if err != nil {
+					return errMalformedXML
+				}
+				if n <= last {
+					order = false
+				}
+				last, number = n, number[:0]
+			}
 			depth--
 		}
 	}
@@ -184,8 +220,8 @@ func (s *Server) completeUpload(ctx *fasthttp.RequestCtx, r *request) *apiError 
 		return e
 	}
 	defer u.finish(r)
-	if !completeDocument(u.body) {
-		return errMalformedXML
+	if e := completeDocument(u.body); e != nil {
+		return e
 	}
 	if r.reservation != "" {
 		if e := s.reservedPartsFit(r, reserved, uploadID, u.body); e != nil {
