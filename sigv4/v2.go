@@ -360,11 +360,12 @@ func (v *Verifier) verifyPresignedV2(r *Request, h *headerScan) (*Auth, error) {
 	if err != nil || secs < 0 {
 		return nil, errAccessDenied("Invalid date (should be seconds since epoch): " + expires)
 	}
-	end := time.Unix(secs, 0)
+	// Compared as seconds: time.Unix wraps a far Expires (a URL meant never
+	// to expire, up to the largest int64) into the past.
 	now := v.now()
-	if !now.Before(end) {
+	if now.Unix() >= secs {
 		return nil, newErr(CodeAccessDenied, http.StatusForbidden, "Request has expired",
-			Field{"Expires", end.UTC().Format(time.RFC3339)},
+			Field{"Expires", time.Unix(secs, 0).UTC().Format(time.RFC3339)},
 			Field{"ServerTime", now.UTC().Format(time.RFC3339)})
 	}
 	if err := v.checkSignatureV2(r, akid, sig, expires, queryAmz(r.RawQuery)); err != nil {

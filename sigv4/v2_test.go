@@ -179,6 +179,15 @@ func TestV2Presigned(t *testing.T) {
 	if e.Message != "Request has expired" {
 		t.Errorf("expired URL: %q", e.Message)
 	}
+	// The furthest Expires there is (a URL meant never to expire) is in the
+	// future, not wrapped into the past by time.Unix.
+	never := &Request{Method: "GET", Host: "h", RawPath: "/bucket/k", Headers: []HeaderField{{"Host", "h"}}}
+	const maxExpires = "9223372036854775807"
+	never.RawQuery = url.Values{"AWSAccessKeyId": {exampleAKID}, "Expires": {maxExpires},
+		"Signature": {SignV2(exampleSecret, StringToSignV2(never, maxExpires))}}.Encode()
+	if _, err := v.Verify(never); err != nil {
+		t.Errorf("Expires=%s: %v", maxExpires, err)
+	}
 	// Missing parameters.
 	bare := r.clone()
 	bare.RawQuery = "AWSAccessKeyId=" + exampleAKID
