@@ -145,11 +145,10 @@ func StartFencegate(ctx context.Context, cfg ServeConfig) (*Fencegate, error) {
 			}
 		}
 		select {
-		case err := <-p.exited:
-			p.exited <- err
+		case <-p.done:
 			p.logFile.Close()
 			b, _ := os.ReadFile(cfg.LogPath)
-			return nil, fmt.Errorf("fencegate serve exited (%v):\n%s", err, b)
+			return nil, fmt.Errorf("fencegate serve exited (%v):\n%s", p.err, b)
 		case <-ctx.Done():
 			f.Stop()
 			return nil, ctx.Err()
@@ -170,9 +169,8 @@ func (f *Fencegate) Stop() { f.stop(syscall.SIGTERM, 20*time.Second) }
 // exited is false if it is still running.
 func (f *Fencegate) Exited(d time.Duration) (exited bool, err error) {
 	select {
-	case err = <-f.exited:
-		f.exited <- err
-		return true, err
+	case <-f.done:
+		return true, f.err
 	case <-time.After(d):
 		return false, nil
 	}

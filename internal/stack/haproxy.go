@@ -126,9 +126,8 @@ func (h *HAProxy) Start(ctx context.Context) error {
 			return nil
 		}
 		select {
-		case err := <-p.exited:
-			p.exited <- err
-			return fmt.Errorf("haproxy exited during start-up (%s): %s", errString(err), p.logTail())
+		case <-p.done:
+			return fmt.Errorf("haproxy exited during start-up (%s): %s", errString(p.err), p.logTail())
 		case <-ctx.Done():
 			h.Stop()
 			return ctx.Err()

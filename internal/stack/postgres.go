@@ -9,7 +9,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"net/url"
 	"os"
 	"os/exec"
@@ -236,9 +235,8 @@ func (pg *Postgres) waitReady(ctx context.Context, limit time.Duration) error {
 			return nil
 		}
 		select {
-		case err := <-pg.proc.exited:
-			pg.proc.exited <- err
-			return fmt.Errorf("postgres exited during start-up (%s): %s", errString(err), pg.proc.logTail())
+		case <-pg.proc.done:
+			return fmt.Errorf("postgres exited during start-up (%s): %s", errString(pg.proc.err), pg.proc.logTail())
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-time.After(100 * time.Millisecond):
@@ -336,16 +334,6 @@ func CreateDatabase(ctx context.Context, adminURL, name string) (string, error) 
 	}
 	u.Path = "/" + name
 	return u.String(), nil
-}
-
-// FreePort asks the kernel for a free loopback TCP port.
-func FreePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
 }
 
 func lastLines(s string, n int) string {

@@ -17,7 +17,12 @@ type proc struct {
 	cmd     *exec.Cmd
 	logPath string
 	logFile *os.File
-	exited  chan error // receives the exit once; Stop and start-up checks re-send it
+	// done is closed once the process has exited, with its exit in err:
+	// any number of waiters see it (a channel of the exit, received and
+	// sent back by each, lost it to a waiter that did not send it back, and
+	// stop then waited for ever).
+	done chan struct{}
+	err  error
 }
 
 func startProc(name, logPath string, cred *syscall.Credential, env []string, bin string, args ...string) (*proc, error) {
@@ -42,8 +47,8 @@ func startProc(name, logPath string, cred *syscall.Credential, env []string, bin
 		logf.Close()
 		return nil, fmt.Errorf("start %s: %w", name, err)
 	}
-	p := &proc{name: name, cmd: cmd, logPath: logPath, logFile: logf, exited: make(chan error, 1)}
-	go func() { p.exited <- cmd.Wait() }()
+	p := &proc{name: name, cmd: cmd, logPath: logPath, logFile: logf, done: make(chan struct{})}
+	go func() { p.err = cmd.Wait(); close(p.done) }()
 	return p, nil
 }
 
@@ -60,12 +65,10 @@ func (p *proc) stop(sig syscall.Signal, grace time.Duration) {
 	}
 	_ = syscall.Kill(-p.cmd.Process.Pid, sig)
 	select {
-	case err := <-p.exited:
-		p.exited <- err
+	case <-p.done:
 	case <-time.After(grace):
 		_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
-		err := <-p.exited
-		p.exited <- err
+		<-p.done
 	}
 	// Children of the group that outlived their leader.
 	_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
@@ -75,8 +78,7 @@ func (p *proc) stop(sig syscall.Signal, grace time.Duration) {
 // hasExited reports whether the process has exited.
 func (p *proc) hasExited() bool {
 	select {
-	case err := <-p.exited:
-		p.exited <- err
+	case <-p.done:
 		return true
 	default:
 		return false

@@ -164,8 +164,7 @@ func quoteLiteral(s string) string { return "'" + strings.ReplaceAll(s, "'", "''
 // or a stop) and reports whether it did.
 func (pg *Postgres) WaitExited(d time.Duration) bool {
 	select {
-	case err := <-pg.proc.exited:
-		pg.proc.exited <- err
+	case <-pg.proc.done:
 		return true
 	case <-time.After(d):
 		return false

@@ -43,7 +43,7 @@ func (e Endpoint) S3Client(opts ...func(*s3.Options)) *s3.Client {
 
 // waitS3 polls ListBuckets until the store answers it, the process dies, or the
 // limit passes.
-func waitS3(ctx context.Context, e Endpoint, died <-chan error, limit time.Duration) error {
+func waitS3(ctx context.Context, e Endpoint, p *proc, limit time.Duration) error {
 	c := e.S3Client(func(o *s3.Options) { o.RetryMaxAttempts = 1 })
 	deadline := time.Now().Add(limit)
 	var last error
@@ -55,8 +55,8 @@ func waitS3(ctx context.Context, e Endpoint, died <-chan error, limit time.Durat
 			return nil
 		}
 		select {
-		case err := <-died:
-			return &exitedError{err}
+		case <-p.done:
+			return &exitedError{p.err}
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-time.After(200 * time.Millisecond):

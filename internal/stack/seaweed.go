@@ -110,7 +110,7 @@ func StartSeaweed(ctx context.Context, bin, dir string, ports SeaweedPorts, acce
 		Endpoint: Endpoint{URL: fmt.Sprintf("http://127.0.0.1:%d", ports.S3), AccessKey: accessKey, SecretKey: secretKey, Region: "us-east-1"},
 		Dir:      dir, Ports: ports, proc: p,
 	}
-	if err := waitS3(ctx, s.Endpoint, p.exited, 90*time.Second); err != nil {
+	if err := waitS3(ctx, s.Endpoint, p, 90*time.Second); err != nil {
 		s.Stop()
 		return nil, fmt.Errorf("SeaweedFS S3 on port %d not ready: %v\n%s", ports.S3, err, p.logTail())
 	}

@@ -178,7 +178,7 @@ func (c *SeaweedCluster) StartS3(ctx context.Context) error {
 		return err
 	}
 	c.S3 = p
-	if err := waitS3(ctx, c.Endpoint, p.exited, 90*time.Second); err != nil {
+	if err := waitS3(ctx, c.Endpoint, p, 90*time.Second); err != nil {
 		return fmt.Errorf("SeaweedFS S3 at %s not ready: %v\n%s", c.URL, err, p.logTail())
 	}
 	return nil

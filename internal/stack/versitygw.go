@@ -55,7 +55,7 @@ func startVersitygw(ctx context.Context, bin, logPath, accessKey, secretKey stri
 		return nil, err
 	}
 	v := &Versitygw{Endpoint: Endpoint{URL: fmt.Sprintf("http://127.0.0.1:%d", port), AccessKey: accessKey, SecretKey: secretKey, Region: "us-east-1"}, proc: p}
-	if err := waitS3(ctx, v.Endpoint, p.exited, 60*time.Second); err != nil {
+	if err := waitS3(ctx, v.Endpoint, p, 60*time.Second); err != nil {
 		v.Stop()
 		return nil, fmt.Errorf("versitygw on port %d not ready: %v\n%s", port, err, p.logTail())
 	}
