@@ -56,14 +56,15 @@ var errInvalidPartOrder = newAPIError("InvalidPartOrder", http.StatusBadRequest,
 // completeDocument checks a CompleteMultipartUpload document fencegate may
 // send: well-formed to its end, rooted at CompleteMultipartUpload, no deeper
 // than its schema (root, Part, a Part's fields: 3 levels; 4 allowed), and
-// naming at least one part, each PartNumber a number greater than the one
-// before (MalformedXML, or InvalidPartOrder for a number out of order or
-// named twice, as S3 answers). Anything else is refused before the lease: a
-// store that reads the parts of a document of any root would publish the
-// upload, one that reads a part named twice (SeaweedFS) publishes it too, and
-// a document nested a hundred thousand levels deep costs the store long
-// enough that the client gets no answer in time (issue 27's
-// complete-deeply-nested).
+// naming at least one part, each PartNumber a number no smaller than the
+// one before (MalformedXML, or InvalidPartOrder for a number out of order, as
+// S3 answers). A number named again is sent on: ceph/s3-tests'
+// test_multipart_resend_first_finishes_last lists part 1 twice and expects
+// the upload published (RGW and SeaweedFS take the part as uploaded last).
+// Anything else is refused before the lease: a store that reads the parts of
+// a document of any root would publish the upload, and a document nested a
+// hundred thousand levels deep costs the store long enough that the client
+// gets no answer in time (issue 27's complete-deeply-nested).
 func completeDocument(doc []byte) *apiError {
 	const maxDepth = 4
 	d := xml.NewDecoder(bytes.NewReader(doc))
@@ -112,7 +113,7 @@ func completeDocument(doc []byte) *apiError {
 				if err != nil {
 					return errMalformedXML
 				}
-				if n <= last {
+				if n < last {
 					order = false
 				}
 				last, number = n, number[:0]
