@@ -6,7 +6,6 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -104,7 +103,7 @@ func loadDevState(path string) (*devState, error) {
 	// weed's ports are only remembered; StartSeaweed fills in any left at zero.
 	p := &st.SeaweedPorts
 	for _, f := range []*int{&p.S3, &p.Master, &p.MasterGRPC, &p.Filer, &p.FilerGRPC, &p.Volume, &p.VolumeGRPC, &p.S3GRPC, &p.Admin, &p.AdminGRPC} {
-		if *f != 0 && !portFree(*f) {
+		if *f != 0 && !stack.PortFree(*f) {
 			*f = 0
 		}
 	}
@@ -115,7 +114,7 @@ func loadDevState(path string) (*devState, error) {
 // takes any free one.
 func portOr(remembered, preferred int) int {
 	for _, p := range []int{remembered, preferred} {
-		if p != 0 && portFree(p) {
+		if p != 0 && stack.PortFree(p) {
 			return p
 		}
 	}
@@ -124,15 +123,6 @@ func portOr(remembered, preferred int) int {
 		return 0
 	}
 	return p
-}
-
-func portFree(p int) bool {
-	l, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(p))
-	if err != nil {
-		return false
-	}
-	l.Close()
-	return true
 }
 
 // dieWithParent asks the kernel to send this process SIGTERM when its parent

@@ -24,22 +24,28 @@ func FreePort() (int, error) {
 			break
 		}
 		port := lo + rand.IntN(hi-lo)
-		if !handOut(port) {
-			continue
+		if handOut(port) && PortFree(port) {
+			return port, nil
 		}
-		l, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(port))
-		if err != nil {
-			continue
-		}
-		l.Close()
-		return port, nil
 	}
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return 0, err
 	}
 	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
+	port := l.Addr().(*net.TCPAddr).Port
+	handOut(port)
+	return port, nil
+}
+
+// PortFree reports whether a loopback TCP port can be listened on now.
+func PortFree(port int) bool {
+	l, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(port))
+	if err != nil {
+		return false
+	}
+	l.Close()
+	return true
 }
 
 var handedOut struct {
