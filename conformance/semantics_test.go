@@ -2,6 +2,7 @@ package conformance
 
 import (
 	"context"
+	"errors"
 	"net/http"
 	"strings"
 	"testing"
@@ -9,6 +10,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/aws/aws-sdk-go-v2/service/s3/types"
+	"github.com/aws/smithy-go"
 
 	"github.com/fencegate/fencegate/internal/faultproxy"
 )
@@ -147,12 +149,19 @@ func TestEmptyObjectsAndDirectoryMarkers(t *testing.T) {
 
 // SeaweedFS keeps the keys under "d/" as a directory "d": it refuses to
 // create "d" (or the marker "d/") on the condition that the key is absent,
-// though its HEAD finds none. fencegate sends such a write once more and
-// then answers 409 ObjectExistsAsDirectory, which clients do not retry,
-// rather than 503 SlowDown, which they retried for ever; nothing lands, the
-// attempt fails and the lease is free. The key under it is untouched.
+// though its HEAD finds none. fencegate answers 409 ObjectExistsAsDirectory,
+// which clients do not retry, rather than 503 SlowDown, which they retried
+// for ever: a spooled body is sent once more and a second refusal is the
+// store's own; a streamed one (its body consumed by its one sending) is
+// told so by a listing of the keys under it. Nothing lands, the attempt
+// fails and the lease is free. The key under it is untouched.
 func TestKeyOverADirectoryOfTheStore(t *testing.T) {
-	g := startGateway(t, gatewayOptions{Lease: testLease})
+	t.Run("spooled", func(t *testing.T) { keyOverADirectory(t, gatewayOptions{Lease: testLease}) })
+	t.Run("streamed", func(t *testing.T) { keyOverADirectory(t, gatewayOptions{Lease: testLease, Stream: true}) })
+}
+
+func keyOverADirectory(t *testing.T, opts gatewayOptions) {
+	g := startGateway(t, opts)
 	bucket := "t-dirkey-" + randomSuffix()
 	createBucket(t, g.Endpoint, bucket)
 	wantWireStatus(t, "PUT d/x", wireExchange(t, g.Endpoint, "PUT", "/"+bucket+"/d/x", []byte("child"), nil), 200)
@@ -182,7 +191,37 @@ func TestKeyOverADirectoryOfTheStore(t *testing.T) {
 			t.Errorf("PUT %s: the catalog row %+v", key, row)
 		}
 	}
+	// A copy and a multipart upload onto the directory's key meet the same
+	// refusal (their requests carry no body to consume: sent once more).
+	ctx := context.Background()
+	c := g.S3Client()
+	_, err := c.CopyObject(ctx, &s3.CopyObjectInput{Bucket: &bucket, Key: aws.String("d"), CopySource: aws.String(bucket + "/d/x")})
+	wantAPIError(t, "CopyObject onto the store's directory", err, "ObjectExistsAsDirectory")
+	up, err := c.CreateMultipartUpload(ctx, &s3.CreateMultipartUploadInput{Bucket: &bucket, Key: aws.String("d")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	part, err := c.UploadPart(ctx, &s3.UploadPartInput{Bucket: &bucket, Key: aws.String("d"), UploadId: up.UploadId,
+		PartNumber: aws.Int32(1), Body: strings.NewReader("part")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = c.CompleteMultipartUpload(ctx, &s3.CompleteMultipartUploadInput{Bucket: &bucket, Key: aws.String("d"), UploadId: up.UploadId,
+		MultipartUpload: &types.CompletedMultipartUpload{Parts: []types.CompletedPart{{PartNumber: aws.Int32(1), ETag: part.ETag}}}})
+	wantAPIError(t, "CompleteMultipartUpload onto the store's directory", err, "ObjectExistsAsDirectory")
 	if got := getBody(t, g.Endpoint, bucket, "d/x"); string(got) != "child" {
 		t.Errorf("d/x holds %q", got)
+	}
+	if !leaseExpired(t, bucket, "d") {
+		t.Errorf("d: the key's lease is still held")
+	}
+}
+
+// wantAPIError fails unless err is the S3 error code.
+func wantAPIError(t *testing.T, what string, err error, code string) {
+	t.Helper()
+	var ae smithy.APIError
+	if !errors.As(err, &ae) || ae.ErrorCode() != code {
+		t.Fatalf("%s: %v, want %s", what, err, code)
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strings"
 
 	"github.com/fencegate/fencegate/store"
 )
@@ -171,12 +172,13 @@ var (
 	// changed around the gateway (or moved and came back) and the write
 	// cannot be sent again; nothing was written. The client may try again.
 	ErrKeyChanged = errors.New("the key changed around the gateway")
-	// ErrFenceRefused: the store refused a PUT's condition twice while its
-	// HEAD showed the key just as the condition named it each time: the
-	// store holds something there that only its condition sees (SeaweedFS
-	// keeps the keys under "key/" as a directory, which refuses
-	// If-None-Match on "key" and If-Match on "key/"). Nothing was written;
-	// trying again would meet the same refusal.
+	// ErrFenceRefused: the store refused a write's condition while its HEAD
+	// showed the key just as the condition named it, twice for a PUT it
+	// could send again, once for any other write when the store lists keys
+	// under "key/": the store holds something there that only its
+	// condition sees (SeaweedFS keeps the keys under "key/" as a directory,
+	// which refuses If-None-Match on "key" and If-Match on "key/"). Nothing
+	// was written; trying again would meet the same refusal.
 	ErrFenceRefused = errors.New("the store refuses fencegate's condition on the key, though a HEAD finds the key as the condition names it")
 	// ErrEntryAbsent and ErrEntryMismatch: the key is absent, or at
 	// another ETag than EntryETag names (S3's NoSuchKey and
@@ -302,12 +304,15 @@ func (w *write) run(ctx context.Context, send func(Try) Sent, at func(Step)) (Wr
 				// refusal, the key still as fenced to a HEAD, is the
 				// store's own (ErrFenceRefused), which no retry of the
 				// client's would get past.
+				// A write that cannot be sent again (a streamed body, a
+				// copy, a Complete) is told the store's own refusal by a
+				// listing that finds keys under the key.
 				if req.Kind == KindPut && req.Resendable && try == 0 {
 					continue
 				}
 				l.Fail(fmt.Sprintf("the store refused fencegate's condition, and the key is as it was fenced: %d %s",
 					ans.Status, http.StatusText(ans.Status)))
-				if req.Kind == KindPut && try > 0 {
+				if req.Kind == KindPut && try > 0 || req.Kind != KindDelete && w.keysUnderKey(ctx) {
 					return Written{}, ErrFenceRefused
 				}
 				return Written{}, ErrKeyChanged
@@ -332,6 +337,43 @@ func (w *write) run(ctx context.Context, send func(Try) Sent, at func(Step)) (Wr
 		fence = now
 	}
 	return w.answered(ctx, ans, fence, at)
+}
+
+// KeyLister is a store that lists keys (store.Client). A PUT whose fence the
+// store refused while a HEAD shows the key as fenced, and whose body cannot
+// be sent again, asks it whether the store holds keys under the key.
+type KeyLister interface {
+	ListPage(ctx context.Context, bucket, prefix, after string, max int) (store.Page, error)
+}
+
+// keysUnderKey reports keys other than the write's own under "key/" at the
+// store: what SeaweedFS keeps as a directory, refusing If-None-Match on
+// "key" and If-Match on "key/" (ErrFenceRefused). A failed listing says no:
+// the client is answered as for a key that changed, and may try again.
+func (w *write) keysUnderKey(ctx context.Context) bool {
+	kl, ok := w.st.(KeyLister)
+	if !ok {
+		return false
+	}
+	prefix := w.req.Key
+	if !strings.HasSuffix(prefix, "/") {
+		prefix += "/"
+	}
+	// Bounded, and dying with the lease, as the settle's HEAD.
+	lctx, cancel := context.WithTimeout(ctx, headTimeout)
+	defer cancel()
+	stop := context.AfterFunc(w.l.ctx, cancel)
+	defer stop()
+	page, err := kl.ListPage(lctx, w.req.Bucket, prefix, "", 2)
+	if err != nil {
+		return false
+	}
+	for _, o := range page.Objects {
+		if o.Key != w.req.Key {
+			return true
+		}
+	}
+	return false
 }
 
 // answered ends a write the store answered (not a refused fence).
