@@ -359,11 +359,10 @@ func (w *write) keysUnderKey(ctx context.Context) bool {
 	if !strings.HasSuffix(prefix, "/") {
 		prefix += "/"
 	}
-	// Bounded, and dying with the lease, as the settle's HEAD.
+	// Asked after the attempt failed and the lease was given back: it only
+	// names the refusal, so the key is not held for it; bounded as a HEAD.
 	lctx, cancel := context.WithTimeout(ctx, headTimeout)
 	defer cancel()
-	stop := context.AfterFunc(w.l.ctx, cancel)
-	defer stop()
 	page, err := kl.ListPage(lctx, w.req.Bucket, prefix, "", 2)
 	if err != nil {
 		return false
