@@ -26,6 +26,11 @@ func TestStartupProbe(t *testing.T) {
 	if got := res.HeaderWhitespace.String(); got != "every whitespace run folded" {
 		t.Errorf("SeaweedFS's folding of header whitespace: the probe found %q", got)
 	}
+	// SeaweedFS replaces an object "p" with its directory when the marker
+	// "p/" is written (TestMarkerNeverReplacesAnObject): the probe finds it.
+	if res.MarkerKeepsObject {
+		t.Errorf("the probe found that SeaweedFS keeps an object beside its marker: %s", res)
+	}
 	// What the probe learnt of backslashes keeps one spelling one object: a
 	// key with '\\' is refused, or it is stored apart from its '/' twin.
 	bucket := "t-probe-fold-" + randomSuffix()
@@ -56,7 +61,7 @@ func TestStartupProbe(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Logf("versitygw posix: fenced=%v: %s", resV.Fenced(), resV)
+	t.Logf("versitygw posix: fenced=%v, a marker keeps its object=%v: %s", resV.Fenced(), resV.MarkerKeepsObject, resV)
 	for _, c := range resV.Optional {
 		if c.Name == "a signed header value with a tab is verified by the store" && !c.OK {
 			t.Errorf("versitygw verifies a tab in a signed header neither way: %s", c.Note)

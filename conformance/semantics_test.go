@@ -225,3 +225,59 @@ func wantAPIError(t *testing.T, what string, err error, code string) {
 		t.Fatalf("%s: %v, want %s", what, err, code)
 	}
 }
+
+// SeaweedFS keeps an object "p" beside keys under "p/", but a write of the
+// marker "p/" replaces the object "p" with its directory: the object is
+// gone, with no write of its key. fencegate refuses a write creating "p/"
+// while the store holds an object "p" (409 ParentIsObject), before any byte
+// reaches the store, so the object stays; the start-up probe learns whether
+// the store does this (a store that keeps both is written as S3 is).
+func TestMarkerNeverReplacesAnObject(t *testing.T) {
+	t.Run("spooled", func(t *testing.T) { markerOverAnObject(t, gatewayOptions{Lease: testLease}) })
+	t.Run("streamed", func(t *testing.T) { markerOverAnObject(t, gatewayOptions{Lease: testLease, Stream: true}) })
+}
+
+func markerOverAnObject(t *testing.T, opts gatewayOptions) {
+	g := startGateway(t, opts)
+	bucket := "t-marker-" + randomSuffix()
+	createBucket(t, g.Endpoint, bucket)
+	wantWireStatus(t, "PUT p", wireExchange(t, g.Endpoint, "PUT", "/"+bucket+"/p", []byte("parent"), nil), 200)
+	wantWireStatus(t, "PUT p/c", wireExchange(t, g.Endpoint, "PUT", "/"+bucket+"/p/c", []byte("child"), nil), 200)
+	w := wireExchange(t, g.Endpoint, "PUT", "/"+bucket+"/p/", nil, nil)
+	if w.Status != http.StatusConflict || errorCode(w.Body) != "ParentIsObject" {
+		t.Fatalf("PUT p/ over the object p: %d %s", w.Status, w.Body)
+	}
+	ctx := context.Background()
+	c := g.S3Client()
+	_, err := c.CopyObject(ctx, &s3.CopyObjectInput{Bucket: &bucket, Key: aws.String("p/"), CopySource: aws.String(bucket + "/p/c")})
+	wantAPIError(t, "CopyObject onto p/", err, "ParentIsObject")
+	up, err := c.CreateMultipartUpload(ctx, &s3.CreateMultipartUploadInput{Bucket: &bucket, Key: aws.String("p/")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	part, err := c.UploadPart(ctx, &s3.UploadPartInput{Bucket: &bucket, Key: aws.String("p/"), UploadId: up.UploadId,
+		PartNumber: aws.Int32(1), Body: strings.NewReader("part")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = c.CompleteMultipartUpload(ctx, &s3.CompleteMultipartUploadInput{Bucket: &bucket, Key: aws.String("p/"), UploadId: up.UploadId,
+		MultipartUpload: &types.CompletedMultipartUpload{Parts: []types.CompletedPart{{PartNumber: aws.Int32(1), ETag: part.ETag}}}})
+	wantAPIError(t, "CompleteMultipartUpload onto p/", err, "ParentIsObject")
+	for key, want := range map[string]string{"p": "parent", "p/c": "child"} {
+		if got := getBody(t, g.Endpoint, bucket, key); string(got) != want {
+			t.Errorf("%s holds %q, want %q", key, got, want)
+		}
+	}
+	for _, a := range attemptsOf(t, bucket, "p/") {
+		if a.State != "failed" && a.Op != "multipart" { // the upload stays open for its client
+			t.Errorf("p/: attempt %+v, want failed", a)
+		}
+	}
+	if !leaseExpired(t, bucket, "p/") {
+		t.Errorf("p/: the key's lease is still held")
+	}
+	// With no object "q", the marker "q/" is an ordinary write. (With keys
+	// under "p/", or a directory they left, the store itself refuses the
+	// fenced marker: TestKeyOverADirectoryOfTheStore.)
+	wantWireStatus(t, "PUT q/ with no object q", wireExchange(t, g.Endpoint, "PUT", "/"+bucket+"/q/", nil, nil), 200)
+}

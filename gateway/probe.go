@@ -27,6 +27,10 @@ type ProbeResult struct {
 	Optional []ProbeCheck
 	// KeepsBackslash: the store keeps `a\b` and "a/b" apart (keyname.go).
 	KeepsBackslash bool
+	// MarkerKeepsObject: writing the marker "p/" leaves the object "p" (and
+	// the keys under "p/") as they were; SeaweedFS replaces the object with
+	// its directory (keyname.go).
+	MarkerKeepsObject bool
 	// PlainChecksums: the store refuses a plain PUT whose body does not
 	// match its x-amz-checksum-crc32 header or is cut short, so spooled
 	// bodies may travel plain (forward.go, sendsPlain).
@@ -127,6 +131,7 @@ func (s *Server) Probe(ctx context.Context, bucket string) (ProbeResult, error) 
 	res.Optional = append(res.Optional, ProbeCheck{"plain body not matching its x-amz-checksum-crc32, or cut short, is not published", ok, note})
 	res.PlainChecksums = ok
 	res.KeepsBackslash = p.keepsBackslash(ctx)
+	res.MarkerKeepsObject = p.markerKeepsObject(ctx)
 	var fold ProbeCheck
 	res.HeaderWhitespace, fold = p.headerWhitespace(ctx)
 	res.Optional = append(res.Optional, fold)
@@ -138,6 +143,7 @@ func (s *Server) Probe(ctx context.Context, bucket string) (ProbeResult, error) 
 // its own result; a result holds for every server in front of the same store.
 func (s *Server) ApplyProbe(res ProbeResult) {
 	s.keepsBackslash.Store(res.KeepsBackslash)
+	s.markerKeepsObject.Store(res.MarkerKeepsObject)
 	s.plainChecksums.Store(res.PlainChecksums)
 	s.store.SetHeaderWhitespace(res.HeaderWhitespace)
 }
@@ -244,6 +250,21 @@ func (p *prober) keepsBackslash(ctx context.Context) bool {
 	}
 	st, _ := p.status(ctx, http.MethodHead, p.prefix+"fold/x", nil, nil, "")
 	return st == http.StatusNotFound
+}
+
+// markerKeepsObject learns whether writing the marker "p/" leaves the object
+// "p" that has keys under it: an object, a key under it, then the marker,
+// and the object must still be there. A failed step proves nothing, and
+// writes of such markers stay guarded (keyname.go).
+func (p *prober) markerKeepsObject(ctx context.Context) bool {
+	parent := p.prefix + "parent"
+	for _, k := range []string{parent, parent + "/child", parent + "/"} {
+		if _, err := p.put(ctx, k, []byte(k[len(parent):])); err != nil {
+			return false
+		}
+	}
+	st, _ := p.status(ctx, http.MethodHead, parent, nil, nil, "")
+	return st == http.StatusOK
 }
 
 // FencingUnproven puts the gateway in the documented weaker mode: the store's

@@ -186,6 +186,9 @@ type Server struct {
 	// keepsBackslash: the probe proved the store keeps '\' in keys distinct
 	// from '/' (keyname.go).
 	keepsBackslash atomic.Bool
+	// markerKeepsObject: the probe proved that writing "p/" leaves an object
+	// "p" at the store (keyname.go, refuseMarkerOverObject).
+	markerKeepsObject atomic.Bool
 	// plainChecksums: the probe proved the store checks an
 	// x-amz-checksum-crc32 header and refuses a plain body cut short, so
 	// spooled bodies travel plain (forward.go, sendsPlain).

@@ -23,7 +23,7 @@ var (
 	// errFenceRefused answers lease.ErrFenceRefused: a conflict, so that
 	// clients do not retry it as they retry SlowDown.
 	errFenceRefused = newAPIError("ObjectExistsAsDirectory", http.StatusConflict,
-		"The store refuses to write this key while it holds keys under it (key/...), which it keeps as a directory: delete those keys, or use another key.")
+		"The store keeps this key as a directory (for keys under key/..., or left by them) and refuses to write it: delete those keys, or use another key.")
 	errLeaseLost  = newAPIError("ServiceUnavailable", http.StatusServiceUnavailable, "The gateway lost its lease on the key while writing it; the outcome is being settled. Please try again.")
 	errNoSession  = newAPIError("ServiceUnavailable", http.StatusServiceUnavailable, "The gateway cannot keep its session with its database; it takes no writes until the session is back. Please try again.")
 	errUnrecorded = newAPIError("InternalError", http.StatusInternalServerError, "The store accepted the write but the gateway could not record it; it will be settled. Please try again.")
@@ -148,6 +148,9 @@ func (s *Server) keyedWrite(ctx *fasthttp.RequestCtx, r *request, u *upstream, w
 		if t.N == 0 {
 			if t.Waited && u.spooled != nil {
 				s.spool.waits.Inc()
+			}
+			if e := s.refuseMarkerOverObject(t.Ctx, r, req); e != nil {
+				return lease.Sent{NotSent: true, Err: e}
 			}
 			if w.prepare != nil {
 				if e := w.prepare(u, t); e != nil {
