@@ -158,6 +158,33 @@ func TestEmptyObjectsAndDirectoryMarkers(t *testing.T) {
 func TestKeyOverADirectoryOfTheStore(t *testing.T) {
 	t.Run("spooled", func(t *testing.T) { keyOverADirectory(t, gatewayOptions{Lease: testLease}) })
 	t.Run("streamed", func(t *testing.T) { keyOverADirectory(t, gatewayOptions{Lease: testLease, Stream: true}) })
+	// Told that the store keeps keys apart (as S3 does), the gateway takes
+	// the same refusal of a streamed body for a key that changed: 503, and
+	// no listing decides otherwise.
+	t.Run("streamed, keys taken apart", func(t *testing.T) {
+		g := startGateway(t, gatewayOptions{Lease: testLease, Stream: true})
+		probeTakingKeysApart(t, g)
+		bucket := "t-dirkey-" + randomSuffix()
+		createBucket(t, g.Endpoint, bucket)
+		wantWireStatus(t, "PUT d/x", wireExchange(t, g.Endpoint, "PUT", "/"+bucket+"/d/x", []byte("child"), nil), 200)
+		w := wireExchange(t, g.Endpoint, "PUT", "/"+bucket+"/d", []byte("over"), nil)
+		if w.Status != http.StatusServiceUnavailable || errorCode(w.Body) != "SlowDown" {
+			t.Fatalf("PUT d over the store's directory, keys taken apart: %d %s", w.Status, w.Body)
+		}
+	})
+}
+
+// probeTakingKeysApart applies the store's start-up probe to g as if it had
+// proven that writing "p/" keeps an object "p": the store taken to keep keys
+// apart, as S3 does, not as file paths.
+func probeTakingKeysApart(t *testing.T, g *testGateway) {
+	t.Helper()
+	res, err := g.Server.Probe(context.Background(), "fencegate-probe")
+	if err != nil {
+		t.Fatal(err)
+	}
+	res.MarkerKeepsObject = true
+	g.Server.ApplyProbe(res)
 }
 
 func keyOverADirectory(t *testing.T, opts gatewayOptions) {
@@ -235,6 +262,22 @@ func wantAPIError(t *testing.T, what string, err error, code string) {
 func TestMarkerNeverReplacesAnObject(t *testing.T) {
 	t.Run("spooled", func(t *testing.T) { markerOverAnObject(t, gatewayOptions{Lease: testLease}) })
 	t.Run("streamed", func(t *testing.T) { markerOverAnObject(t, gatewayOptions{Lease: testLease, Stream: true}) })
+	// What the refusal prevents: a gateway told that the store keeps both
+	// sends the marker, and SeaweedFS deletes the object.
+	t.Run("unguarded", func(t *testing.T) {
+		g := startGateway(t, gatewayOptions{Lease: testLease})
+		probeTakingKeysApart(t, g)
+		bucket := "t-marker-" + randomSuffix()
+		createBucket(t, g.Endpoint, bucket)
+		for _, k := range []string{"p", "p/c", "p/"} {
+			body := []byte(k)
+			if k == "p/" {
+				body = nil
+			}
+			wantWireStatus(t, "PUT "+k, wireExchange(t, g.Endpoint, "PUT", "/"+bucket+"/"+k, body, nil), 200)
+		}
+		requireAbsent(t, g.Store, bucket, "p", "the object p once the marker p/ was written unguarded")
+	})
 }
 
 func markerOverAnObject(t *testing.T, opts gatewayOptions) {

@@ -139,6 +139,7 @@ func (s *Server) keyedWrite(ctx *fasthttp.RequestCtx, r *request, u *upstream, w
 	req := w.WriteRequest
 	req.Bucket = r.bucket
 	req.Resendable = u.replayable()
+	req.KeysArePaths = !s.markerKeepsObject.Load()
 	if u.enc != nil {
 		req.Progress = u.enc.payloadRead.Load
 	}

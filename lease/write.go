@@ -69,6 +69,13 @@ type WriteRequest struct {
 	// the store refused because the key changed around the gateway is tried
 	// once more on the key as it now is. A streamed body is not.
 	Resendable bool
+	// KeysArePaths: the store keeps keys as file paths, so keys under
+	// "key/" make "key" a directory whose conditions refuse a write of it
+	// (SeaweedFS; the start-up probe tells). A write that cannot be sent
+	// again then lists the keys under the key to tell that refusal
+	// (ErrFenceRefused) from a key that changed; on other stores it is the
+	// latter.
+	KeysArePaths bool
 	// Progress counts the body's bytes so far (nil: not counted): while it
 	// grows, writers waiting for the key wait on.
 	Progress func() int64
@@ -312,7 +319,7 @@ func (w *write) run(ctx context.Context, send func(Try) Sent, at func(Step)) (Wr
 				}
 				l.Fail(fmt.Sprintf("the store refused fencegate's condition, and the key is as it was fenced: %d %s",
 					ans.Status, http.StatusText(ans.Status)))
-				if req.Kind == KindPut && try > 0 || req.Kind != KindDelete && w.keysUnderKey(ctx) {
+				if req.Kind == KindPut && try > 0 || req.KeysArePaths && req.Kind != KindDelete && w.keysUnderKey(ctx) {
 					return Written{}, ErrFenceRefused
 				}
 				return Written{}, ErrKeyChanged
