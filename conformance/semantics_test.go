@@ -324,3 +324,49 @@ func markerOverAnObject(t *testing.T, opts gatewayOptions) {
 	// fenced marker: TestKeyOverADirectoryOfTheStore.)
 	wantWireStatus(t, "PUT q/ with no object q", wireExchange(t, g.Endpoint, "PUT", "/"+bucket+"/q/", nil, nil), 200)
 }
+
+// SeaweedFS deletes the marker "m/" (a directory entry "m") when told to
+// delete the absent key "m". S3 changes nothing there, and fencegate sends
+// such a delete only once HEADs show neither the key nor a marker under its
+// name; with the marker there it answers as S3 does (204, or the key listed
+// Deleted) and sends nothing: the marker and its catalog entry stay.
+func TestDeleteOfAnAbsentKeyKeepsItsMarker(t *testing.T) {
+	g := startGateway(t, gatewayOptions{Lease: testLease})
+	bucket := "t-delmarker-" + randomSuffix()
+	createBucket(t, g.Endpoint, bucket)
+	ctx := context.Background()
+	c := g.S3Client()
+	if _, err := c.PutObject(ctx, &s3.PutObjectInput{Bucket: &bucket, Key: aws.String("m/"), Body: strings.NewReader("")}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.DeleteObject(ctx, &s3.DeleteObjectInput{Bucket: &bucket, Key: aws.String("m")}); err != nil {
+		t.Fatalf("DELETE m: %v", err)
+	}
+	out, err := c.DeleteObjects(ctx, &s3.DeleteObjectsInput{Bucket: &bucket, Delete: &types.Delete{Objects: []types.ObjectIdentifier{{Key: aws.String("m")}}}})
+	if err != nil || len(out.Errors) > 0 || len(out.Deleted) != 1 || aws.ToString(out.Deleted[0].Key) != "m" {
+		t.Fatalf("DeleteObjects m: %+v %v", out, err)
+	}
+	if _, err := g.Store.S3Client().HeadObject(ctx, &s3.HeadObjectInput{Bucket: &bucket, Key: aws.String("m/")}); err != nil {
+		t.Fatalf("the marker m/ at the store after deletes of m: %v", err)
+	}
+	if row, ok := catalogOf(t, bucket, "m/"); !ok || row.Deleted {
+		t.Errorf("m/ in the catalog: %+v %v", row, ok)
+	}
+	// A delete of an absent key with no marker is sent as before.
+	if _, err := c.DeleteObject(ctx, &s3.DeleteObjectInput{Bucket: &bucket, Key: aws.String("never")}); err != nil {
+		t.Fatalf("DELETE never: %v", err)
+	}
+	// The marker itself is deleted when asked.
+	if _, err := c.DeleteObject(ctx, &s3.DeleteObjectInput{Bucket: &bucket, Key: aws.String("m/")}); err != nil {
+		t.Fatal(err)
+	}
+	requireAbsent(t, g.Store, bucket, "m/", "the marker deleted by its own key")
+
+	// What the HEADs prevent: a gateway told that the store keeps keys
+	// apart sends the delete of "n", and SeaweedFS deletes the marker "n/".
+	gu := startGateway(t, gatewayOptions{Lease: testLease})
+	probeTakingKeysApart(t, gu)
+	wantWireStatus(t, "PUT n/", wireExchange(t, gu.Endpoint, "PUT", "/"+bucket+"/n/", nil, nil), 200)
+	wantWireStatus(t, "DELETE n", wireExchange(t, gu.Endpoint, "DELETE", "/"+bucket+"/n", nil, nil), 204)
+	requireAbsent(t, g.Store, bucket, "n/", "the marker n/ once n was deleted unguarded")
+}

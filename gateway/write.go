@@ -192,6 +192,10 @@ func (s *Server) keyedWrite(ctx *fasthttp.RequestCtx, r *request, u *upstream, w
 		return ans
 	}
 	written, err := s.leases.Write(context.Background(), s.store, req, send)
+	if err == nil && written.Unsent {
+		// A delete of an absent key not sent: S3's answer to it.
+		resp = &http.Response{StatusCode: http.StatusNoContent, Header: http.Header{}, Body: http.NoBody}
+	}
 	if err != nil || written.Answered {
 		drain(resp)
 		if err != nil {

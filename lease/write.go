@@ -167,6 +167,11 @@ type Written struct {
 	Answered bool
 	// Busy: NoWait, and the key was leased; nothing was done.
 	Busy bool
+	// Unsent: a delete of a key absent at the store was not sent, because
+	// the store keeps a directory under the key's name that it would have
+	// deleted (WriteRequest.KeysArePaths); S3's answer to a delete of an
+	// absent key (204) is the client's.
+	Unsent bool
 }
 
 // Errors Write returns besides the lease's own (ErrConflict, ErrBusy,
@@ -255,6 +260,16 @@ func (w *write) run(ctx context.Context, send func(Try) Sent, at func(Step)) (Wr
 		}
 	}
 	fenced := !req.ClientConditional && !req.Version
+	if req.Kind == KindDelete && fenced && !fence.Exists && req.KeysArePaths && !strings.HasSuffix(req.Key, "/") {
+		var spare bool
+		if fence, spare, err = w.spareDirectory(ctx); err != nil {
+			return w.failSettle(err, "before a delete of an absent key")
+		}
+		if spare {
+			l.Fail("the key is absent and the store keeps a directory under its name, which the delete would remove: nothing sent")
+			return Written{Unsent: true}, nil
+		}
+	}
 	if req.Progress != nil {
 		// Writers waiting for this key wait on while the body flows.
 		l.ReportProgress(req.Progress)
@@ -344,6 +359,31 @@ func (w *write) run(ctx context.Context, send func(Try) Sent, at func(Step)) (Wr
 		fence = now
 	}
 	return w.answered(ctx, ans, fence, at)
+}
+
+// spareDirectory decides a delete of a key the fence says is absent, on a
+// store that keeps keys as file paths: told to delete the absent key "k",
+// SeaweedFS deletes its directory entry "k", which is the marker "k/" (an
+// object, with its metadata, and its catalog entry), where S3 changes
+// nothing. A HEAD of "k/" that finds nothing leaves the delete as it was
+// (sent unconditionally: one request more than before, for absent keys
+// only). One that finds something (the marker, or the directory of keys
+// under "k/") has the key itself HEADed afresh: bytes there (written around
+// the gateway) are deleted fenced on their ETag; none spare the directory,
+// and the delete is not sent (spare).
+func (w *write) spareDirectory(ctx context.Context) (fence Fence, spare bool, err error) {
+	hctx, cancel := context.WithTimeout(ctx, headTimeout)
+	stop := context.AfterFunc(w.l.ctx, cancel) // dies with the lease, as the settle's HEAD
+	dir, err := w.st.Head(hctx, w.req.Bucket, w.req.Key+"/")
+	stop()
+	cancel()
+	if err != nil || !dir.Exists {
+		return Fence{}, false, err
+	}
+	if fence, err = w.l.Resettle(ctx, w.st); err != nil || fence.Exists {
+		return fence, false, err
+	}
+	return fence, true, nil
 }
 
 // KeyLister is a store that lists keys (store.Client). A PUT whose fence the
