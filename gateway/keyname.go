@@ -33,8 +33,9 @@ var errParentIsObject = newAPIError("ParentIsObject", http.StatusConflict,
 // both, a write that creates the marker key "p/" (a PUT, POST, copy or
 // Complete) while a HEAD finds an object "p" at the store. It runs under the
 // marker's lease, before anything is sent. The object's own key is not
-// leased: one written between the HEAD and the marker's write can still be
-// replaced (docs/PROTOCOL.md, "Known limits").
+// leased: one written between the HEAD and the marker's write meets the
+// marker's fence, which SeaweedFS refuses then (docs/PROTOCOL.md, "Known
+// limits").
 func (s *Server) refuseMarkerOverObject(ctx context.Context, r *request, req lease.WriteRequest) *apiError {
 	parent, isMarker := strings.CutSuffix(req.Key, "/")
 	if !isMarker || parent == "" || s.markerKeepsObject.Load() || req.Kind == lease.KindDelete {
