@@ -224,17 +224,7 @@ func keyOverADirectory(t *testing.T, opts gatewayOptions) {
 	c := g.S3Client()
 	_, err := c.CopyObject(ctx, &s3.CopyObjectInput{Bucket: &bucket, Key: aws.String("d"), CopySource: aws.String(bucket + "/d/x")})
 	wantAPIError(t, "CopyObject onto the store's directory", err, "ObjectExistsAsDirectory")
-	up, err := c.CreateMultipartUpload(ctx, &s3.CreateMultipartUploadInput{Bucket: &bucket, Key: aws.String("d")})
-	if err != nil {
-		t.Fatal(err)
-	}
-	part, err := c.UploadPart(ctx, &s3.UploadPartInput{Bucket: &bucket, Key: aws.String("d"), UploadId: up.UploadId,
-		PartNumber: aws.Int32(1), Body: strings.NewReader("part")})
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, err = c.CompleteMultipartUpload(ctx, &s3.CompleteMultipartUploadInput{Bucket: &bucket, Key: aws.String("d"), UploadId: up.UploadId,
-		MultipartUpload: &types.CompletedMultipartUpload{Parts: []types.CompletedPart{{PartNumber: aws.Int32(1), ETag: part.ETag}}}})
+	err = completeOnePart(t, c, bucket, "d")
 	wantAPIError(t, "CompleteMultipartUpload onto the store's directory", err, "ObjectExistsAsDirectory")
 	if got := getBody(t, g.Endpoint, bucket, "d/x"); string(got) != "child" {
 		t.Errorf("d/x holds %q", got)
@@ -242,6 +232,25 @@ func keyOverADirectory(t *testing.T, opts gatewayOptions) {
 	if !leaseExpired(t, bucket, "d") {
 		t.Errorf("d: the key's lease is still held")
 	}
+}
+
+// completeOnePart uploads one part to a new multipart upload of key and
+// returns its Complete's error.
+func completeOnePart(t *testing.T, c *s3.Client, bucket, key string) error {
+	t.Helper()
+	ctx := context.Background()
+	up, err := c.CreateMultipartUpload(ctx, &s3.CreateMultipartUploadInput{Bucket: &bucket, Key: &key})
+	if err != nil {
+		t.Fatal(err)
+	}
+	part, err := c.UploadPart(ctx, &s3.UploadPartInput{Bucket: &bucket, Key: &key, UploadId: up.UploadId,
+		PartNumber: aws.Int32(1), Body: strings.NewReader("part")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = c.CompleteMultipartUpload(ctx, &s3.CompleteMultipartUploadInput{Bucket: &bucket, Key: &key, UploadId: up.UploadId,
+		MultipartUpload: &types.CompletedMultipartUpload{Parts: []types.CompletedPart{{PartNumber: aws.Int32(1), ETag: part.ETag}}}})
+	return err
 }
 
 // wantAPIError fails unless err is the S3 error code.
@@ -294,17 +303,7 @@ func markerOverAnObject(t *testing.T, opts gatewayOptions) {
 	c := g.S3Client()
 	_, err := c.CopyObject(ctx, &s3.CopyObjectInput{Bucket: &bucket, Key: aws.String("p/"), CopySource: aws.String(bucket + "/p/c")})
 	wantAPIError(t, "CopyObject onto p/", err, "ParentIsObject")
-	up, err := c.CreateMultipartUpload(ctx, &s3.CreateMultipartUploadInput{Bucket: &bucket, Key: aws.String("p/")})
-	if err != nil {
-		t.Fatal(err)
-	}
-	part, err := c.UploadPart(ctx, &s3.UploadPartInput{Bucket: &bucket, Key: aws.String("p/"), UploadId: up.UploadId,
-		PartNumber: aws.Int32(1), Body: strings.NewReader("part")})
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, err = c.CompleteMultipartUpload(ctx, &s3.CompleteMultipartUploadInput{Bucket: &bucket, Key: aws.String("p/"), UploadId: up.UploadId,
-		MultipartUpload: &types.CompletedMultipartUpload{Parts: []types.CompletedPart{{PartNumber: aws.Int32(1), ETag: part.ETag}}}})
+	err = completeOnePart(t, c, bucket, "p/")
 	wantAPIError(t, "CompleteMultipartUpload onto p/", err, "ParentIsObject")
 	for key, want := range map[string]string{"p": "parent", "p/c": "child"} {
 		if got := getBody(t, g.Endpoint, bucket, key); string(got) != want {

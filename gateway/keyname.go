@@ -1,12 +1,9 @@
 package gateway
 
 import (
-	"context"
 	"net/http"
 	"strings"
 	"unicode/utf8"
-
-	"github.com/fencegate/fencegate/lease"
 )
 
 // maxKeyLength is S3's limit on an object key, in bytes of UTF-8.
@@ -21,37 +18,6 @@ var (
 	errBackslashIn = newAPIError("InvalidArgument", http.StatusBadRequest, "Object keys containing '\\' are refused: the store folds '\\' into '/', so the key would name another object.")
 	errNULInKey    = newAPIError("InvalidArgument", http.StatusBadRequest, "Object keys containing a NUL byte are refused: neither the catalog nor the store can hold them.")
 )
-
-// errParentIsObject refuses a write of the marker "p/" while the store holds
-// an object "p": a store that keeps keys as file paths (SeaweedFS) would
-// replace that object with the marker's directory, deleting it with no write
-// of its key. A conflict, so that clients do not retry it.
-var errParentIsObject = newAPIError("ParentIsObject", http.StatusConflict,
-	"The store holds an object at this key without its trailing '/', and writing this key would replace that object: delete it first, or use another key.")
-
-// refuseMarkerOverObject refuses, unless the probe proved the store keeps
-// both, a write that creates the marker key "p/" (a PUT, POST, copy or
-// Complete) while a HEAD finds an object "p" at the store. It runs under the
-// marker's lease, before anything is sent. The object's own key is not
-// leased: one written between the HEAD and the marker's write meets the
-// marker's fence, which SeaweedFS refuses then (docs/PROTOCOL.md, "Known
-// limits").
-func (s *Server) refuseMarkerOverObject(ctx context.Context, r *request, req lease.WriteRequest) *apiError {
-	parent, isMarker := strings.CutSuffix(req.Key, "/")
-	if !isMarker || parent == "" || s.markerKeepsObject.Load() || req.Kind == lease.KindDelete {
-		return nil
-	}
-	obj, err := s.store.Head(ctx, r.bucket, parent)
-	if err != nil {
-		s.deps.Log.Warn("a marker's write not sent: the HEAD of the object it would replace failed",
-			"request_id", r.id, "bucket", r.bucket, "key", req.Key, "err", err)
-		return errSlowDown
-	}
-	if obj.Exists {
-		return errParentIsObject
-	}
-	return nil
-}
 
 // checkKey applies S3's key rules, and refuses the spellings the store would
 // fold into another key: a lease and a catalog row are per key, so two

@@ -29,7 +29,7 @@ type ProbeResult struct {
 	KeepsBackslash bool
 	// MarkerKeepsObject: writing the marker "p/" leaves the object "p" (and
 	// the keys under "p/") as they were; SeaweedFS replaces the object with
-	// its directory (keyname.go).
+	// its directory (lease.WriteRequest.KeysArePaths).
 	MarkerKeepsObject bool
 	// PlainChecksums: the store refuses a plain PUT whose body does not
 	// match its x-amz-checksum-crc32 header or is cut short, so spooled
@@ -255,7 +255,7 @@ func (p *prober) keepsBackslash(ctx context.Context) bool {
 // markerKeepsObject learns whether writing the marker "p/" leaves the object
 // "p" that has keys under it: an object, a key under it, then the marker,
 // and the object must still be there. A failed step proves nothing, and
-// writes of such markers stay guarded (keyname.go).
+// writes of such markers stay guarded (lease.WriteRequest.KeysArePaths).
 func (p *prober) markerKeepsObject(ctx context.Context) bool {
 	parent := p.prefix + "parent"
 	for _, k := range []string{parent, parent + "/child", parent + "/"} {

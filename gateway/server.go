@@ -187,9 +187,8 @@ type Server struct {
 	// from '/' (keyname.go).
 	keepsBackslash atomic.Bool
 	// markerKeepsObject: the probe proved that writing "p/" leaves an object
-	// "p" at the store (keyname.go, refuseMarkerOverObject). Unproven, the
-	// store is taken to keep keys as file paths (lease.WriteRequest's
-	// KeysArePaths).
+	// "p" at the store. Unproven, the store is taken to keep keys as file
+	// paths (lease.WriteRequest's KeysArePaths).
 	markerKeepsObject atomic.Bool
 	// plainChecksums: the probe proved the store checks an
 	// x-amz-checksum-crc32 header and refuses a plain body cut short, so

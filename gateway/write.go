@@ -24,6 +24,11 @@ var (
 	// clients do not retry it as they retry SlowDown.
 	errFenceRefused = newAPIError("ObjectExistsAsDirectory", http.StatusConflict,
 		"The store keeps this key as a directory (for keys under key/..., or left by them) and refuses to write it: delete those keys, or use another key.")
+	// errParentIsObject answers lease.ErrParentIsObject: a write of the
+	// marker "p/" while the store holds an object "p" it would replace. A
+	// conflict, so that clients do not retry it.
+	errParentIsObject = newAPIError("ParentIsObject", http.StatusConflict,
+		"The store holds an object at this key without its trailing '/', and writing this key would replace that object: delete it first, or use another key.")
 	errLeaseLost  = newAPIError("ServiceUnavailable", http.StatusServiceUnavailable, "The gateway lost its lease on the key while writing it; the outcome is being settled. Please try again.")
 	errNoSession  = newAPIError("ServiceUnavailable", http.StatusServiceUnavailable, "The gateway cannot keep its session with its database; it takes no writes until the session is back. Please try again.")
 	errUnrecorded = newAPIError("InternalError", http.StatusInternalServerError, "The store accepted the write but the gateway could not record it; it will be settled. Please try again.")
@@ -99,6 +104,8 @@ func (s *Server) writeError(r *request, key string, err error) *apiError {
 		return errSlowDown
 	case errors.Is(err, lease.ErrFenceRefused):
 		return errFenceRefused
+	case errors.Is(err, lease.ErrParentIsObject):
+		return errParentIsObject
 	case errors.Is(err, lease.ErrEntryAbsent):
 		return errNoSuchKey
 	case errors.Is(err, lease.ErrEntryMismatch):
@@ -149,9 +156,6 @@ func (s *Server) keyedWrite(ctx *fasthttp.RequestCtx, r *request, u *upstream, w
 		if t.N == 0 {
 			if t.Waited && u.spooled != nil {
 				s.spool.waits.Inc()
-			}
-			if e := s.refuseMarkerOverObject(t.Ctx, r, req); e != nil {
-				return lease.Sent{NotSent: true, Err: e}
 			}
 			if w.prepare != nil {
 				if e := w.prepare(u, t); e != nil {

@@ -72,17 +72,7 @@ func (l *Lease) settle(ctx context.Context, store Store, mustHead bool) (Fence, 
 		m.Metrics.Settlements.WithLabelValues("in_sync").Inc()
 		return fenceOf(e), nil
 	}
-	// The HEAD is bounded, and dies with the lease.
-	hctx, cancel := context.WithTimeout(ctx, headTimeout)
-	go func() {
-		select {
-		case <-l.ctx.Done():
-			cancel()
-		case <-hctx.Done():
-		}
-	}()
-	obj, err := store.Head(hctx, l.Bucket, l.Key)
-	cancel()
+	obj, err := l.head(ctx, store, l.Key)
 	if err != nil {
 		return Fence{}, fmt.Errorf("settle %s/%s: %w", l.Bucket, l.Key, err)
 	}
@@ -105,6 +95,16 @@ func (l *Lease) settle(ctx context.Context, store Store, mustHead bool) (Fence, 
 		return Fence{Exists: true, ETag: obj.ETag}, nil
 	}
 	return Fence{}, nil
+}
+
+// head HEADs key, the lease's own or one beside it, bounded and dying with
+// the lease.
+func (l *Lease) head(ctx context.Context, st Store, key string) (store.Object, error) {
+	hctx, cancel := context.WithTimeout(ctx, headTimeout)
+	defer cancel()
+	stop := context.AfterFunc(l.ctx, cancel)
+	defer stop()
+	return st.Head(hctx, l.Bucket, key)
 }
 
 func fenceOf(e *Entry) Fence {

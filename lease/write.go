@@ -69,12 +69,15 @@ type WriteRequest struct {
 	// the store refused because the key changed around the gateway is tried
 	// once more on the key as it now is. A streamed body is not.
 	Resendable bool
-	// KeysArePaths: the store keeps keys as file paths, so keys under
-	// "key/" make "key" a directory whose conditions refuse a write of it
-	// (SeaweedFS; the start-up probe tells). A write that cannot be sent
-	// again then lists the keys under the key to tell that refusal
-	// (ErrFenceRefused) from a key that changed; on other stores it is the
-	// latter.
+	// KeysArePaths: the store keeps keys as file paths (SeaweedFS; the
+	// start-up probe tells), so a write may change another key than its
+	// own, or be refused for one. Then a write of the marker "p/" is refused
+	// while an object "p" exists (ErrParentIsObject: it would replace it),
+	// a delete of an absent key is not sent while a marker "key/" exists
+	// (Written.Unsent: it would delete it), and a write that cannot be sent
+	// again lists the keys under the key to tell the store's directory
+	// refusal (ErrFenceRefused) from a key that changed; on other stores it
+	// is the latter.
 	KeysArePaths bool
 	// Progress counts the body's bytes so far (nil: not counted): while it
 	// grows, writers waiting for the key wait on.
@@ -192,6 +195,9 @@ var (
 	// which refuses If-None-Match on "key" and If-Match on "key/"). Nothing
 	// was written; trying again would meet the same refusal.
 	ErrFenceRefused = errors.New("the store refuses fencegate's condition on the key, though a HEAD finds the key as the condition names it")
+	// ErrParentIsObject: a write of the marker "p/" was not sent because the
+	// store holds an object "p" that it would replace (KeysArePaths).
+	ErrParentIsObject = errors.New("the store holds an object that the marker's write would replace")
 	// ErrEntryAbsent and ErrEntryMismatch: the key is absent, or at
 	// another ETag than EntryETag names (S3's NoSuchKey and
 	// PreconditionFailed for the entry); nothing was sent.
@@ -260,6 +266,16 @@ func (w *write) run(ctx context.Context, send func(Try) Sent, at func(Step)) (Wr
 		}
 	}
 	fenced := !req.ClientConditional && !req.Version
+	if parent, isMarker := strings.CutSuffix(req.Key, "/"); isMarker && parent != "" && req.KeysArePaths && req.Kind != KindDelete {
+		obj, err := l.head(ctx, w.st, parent)
+		if err != nil {
+			return w.failSettle(err, "for the object the marker would replace")
+		}
+		if obj.Exists {
+			l.Fail("the store holds an object at the key without its trailing '/', which the marker's write would replace: nothing sent")
+			return Written{}, ErrParentIsObject
+		}
+	}
 	if req.Kind == KindDelete && fenced && !fence.Exists && req.KeysArePaths && !strings.HasSuffix(req.Key, "/") {
 		var spare bool
 		if fence, spare, err = w.spareDirectory(ctx); err != nil {
@@ -326,14 +342,14 @@ func (w *write) run(ctx context.Context, send func(Try) Sent, at func(Step)) (Wr
 				// refusal, the key still as fenced to a HEAD, is the
 				// store's own (ErrFenceRefused), which no retry of the
 				// client's would get past.
-				// A write that cannot be sent again (a streamed body, a
-				// copy, a Complete) is told the store's own refusal by a
-				// listing that finds keys under the key.
 				if req.Kind == KindPut && req.Resendable && try == 0 {
 					continue
 				}
 				l.Fail(fmt.Sprintf("the store refused fencegate's condition, and the key is as it was fenced: %d %s",
 					ans.Status, http.StatusText(ans.Status)))
+				// A write that cannot be sent again (a streamed body, a
+				// copy, a Complete) is told the store's own refusal by a
+				// listing that finds keys under the key.
 				if req.Kind == KindPut && try > 0 || req.KeysArePaths && req.Kind != KindDelete && w.keysUnderKey(ctx) {
 					return Written{}, ErrFenceRefused
 				}
@@ -372,11 +388,7 @@ func (w *write) run(ctx context.Context, send func(Try) Sent, at func(Step)) (Wr
 // the gateway) are deleted fenced on their ETag; none spare the directory,
 // and the delete is not sent (spare).
 func (w *write) spareDirectory(ctx context.Context) (fence Fence, spare bool, err error) {
-	hctx, cancel := context.WithTimeout(ctx, headTimeout)
-	stop := context.AfterFunc(w.l.ctx, cancel) // dies with the lease, as the settle's HEAD
-	dir, err := w.st.Head(hctx, w.req.Bucket, w.req.Key+"/")
-	stop()
-	cancel()
+	dir, err := w.l.head(ctx, w.st, w.req.Key+"/")
 	if err != nil || !dir.Exists {
 		return Fence{}, false, err
 	}
@@ -386,9 +398,9 @@ func (w *write) spareDirectory(ctx context.Context) (fence Fence, spare bool, er
 	return fence, true, nil
 }
 
-// KeyLister is a store that lists keys (store.Client). A PUT whose fence the
-// store refused while a HEAD shows the key as fenced, and whose body cannot
-// be sent again, asks it whether the store holds keys under the key.
+// KeyLister is a store that lists keys (store.Client). A write whose fence
+// the store refused while a HEAD shows the key as fenced, and which cannot be
+// sent again, asks it whether the store holds keys under the key.
 type KeyLister interface {
 	ListPage(ctx context.Context, bucket, prefix, after string, max int) (store.Page, error)
 }
