@@ -43,6 +43,7 @@ type options struct {
 	fgBin      string
 	perfDir    string
 	cells      string
+	statements bool
 	plotOnly   bool
 	capacity   bool
 	capOut     string
@@ -88,6 +89,7 @@ func main() {
 	flag.StringVar(&o.fgBin, "fencegate", "", "use this fencegate binary instead of building ./cmd/fencegate from the checkout")
 	flag.StringVar(&o.perfDir, "perf", "", "instead of the benchmark: record perf(1) CPU profiles of fencegate under a few cells into this folder")
 	flag.StringVar(&o.cells, "cells", "", "measure only the cells whose name matches this regular expression (e.g. 'GET 64 MiB'), print their tables and write no files (no streaming check either)")
+	flag.BoolVar(&o.statements, "pg-statements", false, "with -cells: PostgreSQL tracks every statement (pg_stat_statements), and each fencegate run of a cell prints them per operation, nested ones included")
 	flag.BoolVar(&o.capacity, "capacity", false, "instead of the benchmark: the cluster stack with 1, 2 and 3 gateways under the same offered load, and each part's CPU per operation (docs/SCALING.md); with -from, regenerate its section from a capacity results file")
 	flag.StringVar(&o.capOut, "capacity-out", "docs/capacity-results.json", "with -capacity: results file (JSON; empty: none)")
 	flag.StringVar(&o.capDoc, "capacity-doc", "docs/SCALING.md", "with -capacity: the document whose generated section it rewrites (empty: none)")
@@ -99,6 +101,12 @@ func main() {
 	set := map[string]bool{}
 	flag.Visit(func(f *flag.Flag) { set[f.Name] = true })
 	quickOutputs(&o, set)
+	if o.statements && o.cells == "" {
+		// Tracking costs PostgreSQL CPU: such a run must not become the
+		// committed benchmark's results.
+		fmt.Fprintln(os.Stderr, "fencebench: -pg-statements needs -cells (its runs write no results)")
+		os.Exit(2)
+	}
 	if o.capacity {
 		if o.duration == 0 {
 			o.duration = 20 * time.Second
@@ -215,7 +223,7 @@ func run(ctx context.Context, o options) (err error) {
 	began := time.Now()
 	m := machineInfo()
 	fmt.Fprintf(os.Stderr, "fencebench: %s, %d CPUs (%s); %d rounds, %s per cell\n", modeName(o), m.nproc, m.model, o.rounds, o.duration)
-	s := &benchStack{}
+	s := &benchStack{statements: o.statements}
 	defer s.stop()
 	defer func() {
 		if err != nil && s.fg != nil {
@@ -325,7 +333,18 @@ func run(ctx context.Context, o options) (err error) {
 				if !t.runs(c) {
 					continue
 				}
+				track := o.statements && t.name == "fencegate"
+				if track {
+					if err := s.resetStatements(ctx); err != nil {
+						return err
+					}
+				}
 				sm := runCell(ctx, t, s.groups(), c, o.duration, payload)
+				if track {
+					if err := s.printStatements(ctx, os.Stderr, fmt.Sprintf("round %d, %s", r+1, c), sm.ops); err != nil {
+						return err
+					}
+				}
 				if ctx.Err() != nil {
 					return ctx.Err()
 				}

@@ -44,6 +44,9 @@ type benchStack struct {
 	dbURL     string
 	db        *pgx.Conn // counts write transactions
 	floorDB   *pgx.Conn // times the two-transaction floor (floor.go), once opened
+	// statements: PostgreSQL tracks every statement (-pg-statements,
+	// statements.go); set before startStack.
+	statements bool
 }
 
 func (s *benchStack) stop() {
@@ -98,7 +101,11 @@ func startStack(ctx context.Context, s *benchStack, prebuilt, logLevel string) e
 	}()
 	go func() {
 		defer wg.Done()
-		s.pg, pgErr = stack.StartPostgres(ctx, filepath.Join(s.tmp, "postgres"), 0, true)
+		var settings []string
+		if s.statements {
+			settings = statementSettings
+		}
+		s.pg, pgErr = stack.StartPostgres(ctx, filepath.Join(s.tmp, "postgres"), 0, true, settings...)
 	}()
 	go func() {
 		defer wg.Done()
@@ -126,6 +133,11 @@ func startStack(ctx context.Context, s *benchStack, prebuilt, logLevel string) e
 	}
 	if s.db, err = pgx.Connect(ctx, s.dbURL); err != nil {
 		return err
+	}
+	if s.statements {
+		if err := s.createStatementsView(ctx); err != nil {
+			return err
+		}
 	}
 	var relayEP stack.Endpoint
 	if s.relay, relayEP, err = startRelay(ctx, s.sw.Endpoint); err != nil {
