@@ -369,3 +369,56 @@ func TestDeleteOfAnAbsentKeyKeepsItsMarker(t *testing.T) {
 	wantWireStatus(t, "DELETE n", wireExchange(t, gu.Endpoint, "DELETE", "/"+bucket+"/n", nil, nil), 204)
 	requireAbsent(t, g.Store, bucket, "n/", "the marker n/ once n was deleted unguarded")
 }
+
+// SeaweedFS keeps a directory "d/" for the keys under "d/" (and after the
+// last of them is deleted), and answers a HEAD of "d/" with an empty body
+// and the ETag of an empty multipart upload, though its listings do not show
+// it and S3 has no object there. The catalog records no object for it: a
+// write of "d/" that meets it (and settles the key) leaves no live entry and
+// no generation, so the audit, which lists, finds the catalog as the store
+// is and stops settling the key on every pass. A marker "m/" deleted while
+// keys under it remain is recorded deleted, and stays so.
+func TestStoreDirectoryIsNoObject(t *testing.T) {
+	g := startGateway(t, gatewayOptions{Lease: testLease})
+	bucket := "t-storedir-" + randomSuffix()
+	createBucket(t, g.Endpoint, bucket)
+	st := g.Store.S3Client()
+	ctx := context.Background()
+	wantWireStatus(t, "PUT d/x", wireExchange(t, g.Endpoint, "PUT", "/"+bucket+"/d/x", []byte("x"), nil), 200)
+	wantWireStatus(t, "DELETE d/x", wireExchange(t, g.Endpoint, "DELETE", "/"+bucket+"/d/x", nil, nil), 204)
+	head, err := st.HeadObject(ctx, &s3.HeadObjectInput{Bucket: &bucket, Key: aws.String("d/")})
+	if err != nil {
+		t.Fatalf("the store's directory d/ after its last key was deleted (the case this test needs): %v", err)
+	}
+	t.Logf("the store's HEAD of d/: ETag %s, Content-Type %s", aws.ToString(head.ETag), aws.ToString(head.ContentType))
+	// The store refuses both fences on its directory, so the write is
+	// refused; what matters here is what settling it leaves in the catalog.
+	wantWireStatus(t, "PUT d/", wireExchange(t, g.Endpoint, "PUT", "/"+bucket+"/d/", nil, nil), 409)
+	if gens := generationsOf(t, bucket, "d/"); len(gens) != 0 {
+		t.Errorf("the store's directory d/ recorded as an object: %+v", gens)
+	}
+
+	wantWireStatus(t, "PUT m/", wireExchange(t, g.Endpoint, "PUT", "/"+bucket+"/m/", nil, nil), 200)
+	wantWireStatus(t, "PUT m/x", wireExchange(t, g.Endpoint, "PUT", "/"+bucket+"/m/x", []byte("x"), nil), 200)
+	wantWireStatus(t, "DELETE m/", wireExchange(t, g.Endpoint, "DELETE", "/"+bucket+"/m/", nil, nil), 204)
+	wantWireStatus(t, "PUT m/ again", wireExchange(t, g.Endpoint, "PUT", "/"+bucket+"/m/", nil, nil), 409)
+	if row, ok := catalogOf(t, bucket, "m/"); !ok || !row.Deleted {
+		t.Errorf("m/ deleted while m/x remains, then settled: catalog %+v %v, want deleted", row, ok)
+	}
+	// A delete of the absent key "m" beside the store's directory "m/"
+	// (no marker now, m/x under it) spares the directory, as it spares a
+	// marker (TestDeleteOfAnAbsentKeyKeepsItsMarker).
+	wantWireStatus(t, "DELETE m", wireExchange(t, g.Endpoint, "DELETE", "/"+bucket+"/m", nil, nil), 204)
+	if _, err := st.HeadObject(ctx, &s3.HeadObjectInput{Bucket: &bucket, Key: aws.String("m/x")}); err != nil {
+		t.Errorf("m/x at the store after a delete of m: %v", err)
+	}
+	list, err := st.ListObjectsV2(ctx, &s3.ListObjectsV2Input{Bucket: &bucket})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, o := range list.Contents {
+		if k := aws.ToString(o.Key); k == "d/" || k == "m/" {
+			t.Errorf("the store lists %s: the test's premise (a directory no listing shows) does not hold", k)
+		}
+	}
+}

@@ -383,13 +383,14 @@ func (w *write) run(ctx context.Context, send func(Try) Sent, at func(Step)) (Wr
 // object, with its metadata, and its catalog entry), where S3 changes
 // nothing. A HEAD of "k/" that finds nothing leaves the delete as it was
 // (sent unconditionally: one request more than before, for absent keys
-// only). One that finds something (the marker, or the directory of keys
-// under "k/") has the key itself HEADed afresh: bytes there (written around
-// the gateway) are deleted fenced on their ETag; none spare the directory,
-// and the delete is not sent (spare).
+// only). One that finds something (the marker, or the store's directory of
+// keys under "k/", store.Object.Directory, which SeaweedFS was not seen to
+// delete with them but is spared all the same) has the key itself HEADed
+// afresh: bytes there (written around the gateway) are deleted fenced on
+// their ETag; none spare the directory, and the delete is not sent (spare).
 func (w *write) spareDirectory(ctx context.Context) (fence Fence, spare bool, err error) {
 	dir, err := w.l.head(ctx, w.st, w.req.Key+"/")
-	if err != nil || !dir.Exists {
+	if err != nil || !dir.Exists && !dir.Directory {
 		return Fence{}, false, err
 	}
 	if fence, err = w.l.Resettle(ctx, w.st); err != nil || fence.Exists {
