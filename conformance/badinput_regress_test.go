@@ -5,7 +5,9 @@ import (
 	"bytes"
 	"context"
 	"crypto/md5"
+	"crypto/sha256"
 	"encoding/base64"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -390,6 +392,37 @@ func TestUnreadableRequestIsNotLoggedWithItsBytes(t *testing.T) {
 	for _, line := range strings.Split(strings.TrimSpace(string(log)), "\n") {
 		if line != "" && !json.Valid([]byte(line)) {
 			t.Errorf("a log line that is not JSON: %.300s", line)
+		}
+	}
+}
+
+// A PUT whose body comes chunked (Transfer-Encoding, no Content-Length) is
+// refused as S3 refuses it, 411 MissingContentLength, whether or not the
+// client signed Transfer-Encoding: botocore signing with awscrt signs every
+// header it sends, that one included, and fencegate's canonical request
+// named it twice ("chunked,chunked"), answering 403 SignatureDoesNotMatch.
+func TestChunkedBodySignedWithItsTransferEncoding(t *testing.T) {
+	g := startGateway(t, gatewayOptions{})
+	bucket := "t-te-" + randomSuffix()
+	createBucket(t, g.Endpoint, bucket)
+	host := strings.TrimPrefix(g.URL, "http://")
+	now := time.Now().UTC()
+	amzDate, date := now.Format("20060102T150405Z"), now.Format("20060102")
+	for _, signed := range []string{"host;transfer-encoding;x-amz-content-sha256;x-amz-date", "host;x-amz-content-sha256;x-amz-date"} {
+		canonical := "PUT\n/" + bucket + "/k\n\nhost:" + host + "\n"
+		if strings.Contains(signed, "transfer-encoding") {
+			canonical += "transfer-encoding:chunked\n"
+		}
+		canonical += "x-amz-content-sha256:UNSIGNED-PAYLOAD\nx-amz-date:" + amzDate + "\n\n" + signed + "\nUNSIGNED-PAYLOAD"
+		sum := sha256.Sum256([]byte(canonical))
+		scope := date + "/us-east-1/s3/aws4_request"
+		signature := postSignature(g.SecretKey, date, "AWS4-HMAC-SHA256\n"+amzDate+"\n"+scope+"\n"+hex.EncodeToString(sum[:]))
+		raw := "PUT /" + bucket + "/k HTTP/1.1\r\nHost: " + host + "\r\nTransfer-Encoding: chunked\r\n" +
+			"X-Amz-Content-Sha256: UNSIGNED-PAYLOAD\r\nX-Amz-Date: " + amzDate + "\r\n" +
+			"Authorization: AWS4-HMAC-SHA256 Credential=" + g.AccessKey + "/" + scope + ", SignedHeaders=" + signed + ", Signature=" + signature + "\r\n" +
+			"\r\n3\r\nbar\r\n0\r\n\r\n"
+		if status, code, body := rawAnswer(t, g.URL, raw); status != 411 || code != "MissingContentLength" {
+			t.Errorf("signed headers %s: %d %s, want 411 MissingContentLength\n%s", signed, status, code, body)
 		}
 	}
 }

@@ -149,9 +149,11 @@ func (s *Server) admit(ctx *fasthttp.RequestCtx) (*request, *apiError) {
 	if len(s.cfg.Domains) > 0 {
 		sreq.VirtualBucket = virtualHostBucket(stripPort(host), s.cfg.Domains)
 	}
-	if h.ContentLength() == -1 && !h.IsGet() && !h.IsHead() {
-		// fasthttp keeps Transfer-Encoding out of its header list; sigv4 needs it
-		// to know the body's length is not declared.
+	if h.ContentLength() == -1 && !h.IsGet() && !h.IsHead() && hdr.index("transfer-encoding") < 0 {
+		// sigv4 needs Transfer-Encoding to know the body's length is not
+		// declared; the raw header list carries it as the client sent it
+		// (and signed it: awscrt signs every header), so it is added only
+		// where fasthttp left it out, never a second time.
 		sreq.Headers = append(sreq.Headers, sigv4.HeaderField{Name: "Transfer-Encoding", Value: "chunked"})
 	}
 	sreq.ObjectChecksum = r.op.WholeObjectChecksum
