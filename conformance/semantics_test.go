@@ -391,6 +391,9 @@ func TestStoreDirectoryIsNoObject(t *testing.T) {
 		t.Fatalf("the store's directory d/ after its last key was deleted (the case this test needs): %v", err)
 	}
 	t.Logf("the store's HEAD of d/: ETag %s, Content-Type %s", aws.ToString(head.ETag), aws.ToString(head.ContentType))
+	// Read through the gateway, it is what S3 and the catalog say: no object.
+	wantWireStatus(t, "GET d/", wireExchange(t, g.Endpoint, "GET", "/"+bucket+"/d/", nil, nil), 404)
+	wantWireStatus(t, "HEAD d/", wireExchange(t, g.Endpoint, "HEAD", "/"+bucket+"/d/", nil, nil), 404)
 	// The store refuses both fences on its directory, so the write is
 	// refused; what matters here is what settling it leaves in the catalog.
 	wantWireStatus(t, "PUT d/", wireExchange(t, g.Endpoint, "PUT", "/"+bucket+"/d/", nil, nil), 409)
@@ -405,6 +408,11 @@ func TestStoreDirectoryIsNoObject(t *testing.T) {
 	if row, ok := catalogOf(t, bucket, "m/"); !ok || !row.Deleted {
 		t.Errorf("m/ deleted while m/x remains, then settled: catalog %+v %v, want deleted", row, ok)
 	}
+	// A marker written as an object reads as one, keys under it or not.
+	wantWireStatus(t, "PUT e/", wireExchange(t, g.Endpoint, "PUT", "/"+bucket+"/e/", nil, nil), 200)
+	wantWireStatus(t, "PUT e/x", wireExchange(t, g.Endpoint, "PUT", "/"+bucket+"/e/x", []byte("x"), nil), 200)
+	wantWireStatus(t, "GET e/", wireExchange(t, g.Endpoint, "GET", "/"+bucket+"/e/", nil, nil), 200)
+	wantWireStatus(t, "HEAD e/", wireExchange(t, g.Endpoint, "HEAD", "/"+bucket+"/e/", nil, nil), 200)
 	// A delete of the absent key "m" beside the store's directory "m/"
 	// (no marker now, m/x under it) spares the directory, as it spares a
 	// marker (TestDeleteOfAnAbsentKeyKeepsItsMarker).

@@ -234,6 +234,13 @@ func (s *Server) forward(ctx *fasthttp.RequestCtx, r *request) *apiError {
 	if e != nil {
 		return e
 	}
+	if (r.op.Name == "GetObject" || r.op.Name == "HeadObject") && resp.StatusCode == http.StatusOK && store.DirectoryEntry(r.key, resp.Header) {
+		// SeaweedFS reads its own directory "d/" (keys under it, or left by
+		// them) as an empty object that its listings do not show; S3 and
+		// the catalog hold nothing there.
+		resp.Body.Close()
+		return errNoSuchKey
+	}
 	return s.relay(ctx, r, resp)
 }
 

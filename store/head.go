@@ -29,7 +29,7 @@ type Object struct {
 	// key holds nothing.
 	Header http.Header
 	// Directory: the key ("d/") holds no object, but the store's own
-	// directory entry for keys under it, or left by them (directoryEntry);
+	// directory entry for keys under it, or left by them (DirectoryEntry);
 	// Exists is false.
 	Directory bool
 }
@@ -38,14 +38,14 @@ type Object struct {
 // never publishes (a Complete names at least one part).
 const emptyUploadETag = "d41d8cd98f00b204e9800998ecf8427e-0"
 
-// directoryEntry reports a HEAD's 200 for "d/" that is a store's directory,
+// DirectoryEntry reports a HEAD's (or GET's) 200 for "d/" that is a store's directory,
 // not an object: SeaweedFS, which keeps keys as file paths, makes "d/" a
 // directory for the keys under it (and keeps it after the last of them is
 // deleted), answers a HEAD or GET of it with an empty body, the ETag of an
 // empty upload and the content type application/x-directory, and lists no
 // such key; S3 holds nothing there. A marker "d/" written as an object is
 // listed and answers with its own ETag (docs/PROTOCOL.md, "Known limits").
-func directoryEntry(key string, h http.Header) bool {
+func DirectoryEntry(key string, h http.Header) bool {
 	return strings.HasSuffix(key, "/") && TrimETag(h.Get("ETag")) == emptyUploadETag &&
 		h.Get("Content-Length") == "0" && h.Get("Content-Type") == "application/x-directory"
 }
@@ -108,7 +108,7 @@ func (c *Client) HeadVersion(ctx context.Context, bucket, key, versionID string)
 	resp.Body.Close()
 	switch resp.StatusCode {
 	case http.StatusOK:
-		if directoryEntry(key, resp.Header) {
+		if DirectoryEntry(key, resp.Header) {
 			return Object{Directory: true}, nil
 		}
 		size, _ := strconv.ParseInt(resp.Header.Get("Content-Length"), 10, 64)

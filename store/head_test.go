@@ -26,7 +26,7 @@ func TestDirectoryEntry(t *testing.T) {
 		{"another content type", "d/", h(`"d41d8cd98f00b204e9800998ecf8427e-0"`, "0", "binary/octet-stream"), false},
 		{"a body", "d/", h(`"d41d8cd98f00b204e9800998ecf8427e-0"`, "1", "application/x-directory"), false},
 	} {
-		if got := directoryEntry(tc.key, tc.h); got != tc.want {
+		if got := DirectoryEntry(tc.key, tc.h); got != tc.want {
 			t.Errorf("%s: %v, want %v", tc.name, got, tc.want)
 		}
 	}
