@@ -145,16 +145,12 @@ func (s *Server) admit(ctx *fasthttp.RequestCtx) (*request, *apiError) {
 	}
 
 	sreq := &r.signed
+	// hdr.raw holds Transfer-Encoding whenever the body comes chunked
+	// (fasthttp keeps it in its header list): sigv4 learns from it that the
+	// body's length is not declared, and checks it where the client signed it.
 	*sreq = sigv4.Request{Method: method, Host: host, RawPath: rawPath, RawQuery: a.add(uri.QueryString()), Headers: hdr.raw}
 	if len(s.cfg.Domains) > 0 {
 		sreq.VirtualBucket = virtualHostBucket(stripPort(host), s.cfg.Domains)
-	}
-	if h.ContentLength() == -1 && !h.IsGet() && !h.IsHead() && hdr.index("transfer-encoding") < 0 {
-		// sigv4 needs Transfer-Encoding to know the body's length is not
-		// declared; the raw header list carries it as the client sent it
-		// (and signed it: awscrt signs every header), so it is added only
-		// where fasthttp left it out, never a second time.
-		sreq.Headers = append(sreq.Headers, sigv4.HeaderField{Name: "Transfer-Encoding", Value: "chunked"})
 	}
 	sreq.ObjectChecksum = r.op.WholeObjectChecksum
 	auth, err := s.verifier.Verify(sreq)
