@@ -41,17 +41,27 @@ func (s *Server) forwardBucketChange(ctx *fasthttp.RequestCtx, r *request, recor
 	return nil
 }
 
+// hiddenBucket is the start-up probe's bucket ("" before a probe): a
+// grant on every bucket does not list it, since it holds none of the
+// clients' data.
+func (s *Server) hiddenBucket() string {
+	if b := s.probeBucket.Load(); b != nil {
+		return *b
+	}
+	return ""
+}
+
 // visibleBuckets is a ListBuckets answer as key sees it: the buckets it has a
-// grant on, owned by it. The store's answer is read whole; its body is then
-// empty.
-func visibleBuckets(resp *http.Response, key *AccessKey) ([]byte, *apiError) {
+// grant on (hidden only where a grant names it), owned by it. The store's
+// answer is read whole; its body is then empty.
+func visibleBuckets(resp *http.Response, key *AccessKey, hidden string) ([]byte, *apiError) {
 	body, err := io.ReadAll(io.LimitReader(resp.Body, 16<<20))
 	resp.Body.Close()
 	if err != nil {
 		return nil, errStoreUnreached
 	}
-	if !key.seesAllBuckets() {
-		body = filterBuckets(body, key)
+	if !key.seesAllBuckets() || hidden != "" {
+		body = filterBuckets(body, key, hidden)
 	}
 	resp.Body = http.NoBody
 	body = ownedBy(body, key.ID)
@@ -79,8 +89,9 @@ func ownedBy(doc []byte, keyID string) []byte {
 	return out
 }
 
-// filterBuckets drops from a ListBuckets answer the buckets key has no grant on.
-func filterBuckets(doc []byte, key *AccessKey) []byte {
+// filterBuckets drops from a ListBuckets answer the buckets key has no grant
+// on, and hidden unless a grant names it.
+func filterBuckets(doc []byte, key *AccessKey, hidden string) []byte {
 	var out []byte
 	rest := doc
 	for {
@@ -94,7 +105,7 @@ func filterBuckets(doc []byte, key *AccessKey) []byte {
 		}
 		end := i + j + len("</Bucket>")
 		out = append(out, rest[:i]...)
-		if key.seesBucket(xmlElement(rest[i:end], "Name")) {
+		if key.listsBucket(xmlElement(rest[i:end], "Name"), hidden) {
 			out = append(out, rest[i:end]...)
 		}
 		rest = rest[end:]

@@ -136,10 +136,11 @@ func (k *AccessKey) allowed(perm Permission, bucket string) bool {
 	return false
 }
 
-// seesBucket reports whether ListBuckets shows bucket to key.
-func (k *AccessKey) seesBucket(bucket string) bool {
+// listsBucket reports whether ListBuckets shows bucket to key: a grant on
+// every bucket does not show hidden, a grant naming it does.
+func (k *AccessKey) listsBucket(bucket, hidden string) bool {
 	for _, g := range k.Grants {
-		if g.Bucket == "*" || g.Bucket == bucket {
+		if g.Bucket == bucket || g.Bucket == "*" && bucket != hidden {
 			return true
 		}
 	}

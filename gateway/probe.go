@@ -21,6 +21,9 @@ import (
 // ProbeResult says which of the store's guarantees the write protocol relies on
 // were proven at start-up (docs/DESIGN.md, W3 and W9).
 type ProbeResult struct {
+	// Bucket is where the probe wrote: fencegate's own, so ListBuckets does
+	// not show it to a key granted every bucket (buckets.go).
+	Bucket string
 	Checks []ProbeCheck
 	// Optional checks decide a cheaper way to send, never whether writes
 	// are fenced: a failed one keeps the costlier way (PlainChecksums).
@@ -86,7 +89,7 @@ func (s *Server) Probe(ctx context.Context, bucket string) (ProbeResult, error) 
 		return ProbeResult{}, err
 	}
 	defer p.cleanup()
-	var res ProbeResult
+	res := ProbeResult{Bucket: bucket}
 	add := func(name string, ok bool, note string) { res.Checks = append(res.Checks, ProbeCheck{name, ok, note}) }
 
 	base := p.prefix + "base"
@@ -142,6 +145,7 @@ func (s *Server) Probe(ctx context.Context, bucket string) (ProbeResult, error) 
 // ApplyProbe makes the server send as res learnt of its store. Probe applies
 // its own result; a result holds for every server in front of the same store.
 func (s *Server) ApplyProbe(res ProbeResult) {
+	s.probeBucket.Store(&res.Bucket)
 	s.keepsBackslash.Store(res.KeepsBackslash)
 	s.markerKeepsObject.Store(res.MarkerKeepsObject)
 	s.plainChecksums.Store(res.PlainChecksums)

@@ -183,6 +183,9 @@ type Server struct {
 	// reservations is deps.Reservations (reserve.go).
 	reservations Reservations
 	inflight     inflight
+	// probeBucket: the start-up probe's bucket, hidden from ListBuckets
+	// unless a grant names it (buckets.go).
+	probeBucket atomic.Pointer[string]
 	// keepsBackslash: the probe proved the store keeps '\' in keys distinct
 	// from '/' (keyname.go).
 	keepsBackslash atomic.Bool
