@@ -13,6 +13,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -404,6 +405,62 @@ func TestListBucketsHidesTheProbeBucket(t *testing.T) {
 	ep.AccessKey, ep.SecretKey = k.ID, k.Secret
 	if seen := names(ep); !seen["fencegate-probe"] || len(seen) != 1 {
 		t.Fatalf("a key granted fencegate-probe by name lists %v", seen)
+	}
+}
+
+// ListBuckets pages with max-buckets and a continuation token over the
+// buckets the key may see (SeaweedFS ignores max-buckets; fencegate pages
+// what it filtered, so a page is never short for a bucket it hid), and
+// filters by prefix.
+func TestListBucketsPaginated(t *testing.T) {
+	g := startGateway(t, gatewayOptions{})
+	ctx := context.Background()
+	prefix := "t-page-" + randomSuffix() + "-"
+	want := []string{prefix + "a", prefix + "b", prefix + "c"}
+	for _, b := range want {
+		createBucket(t, g.Endpoint, b)
+	}
+	createBucket(t, g.Endpoint, "t-other-"+randomSuffix())
+	k, err := g.Keys.Create(ctx, "two of three", []meta.Grant{{Bucket: want[0], Permission: meta.PermRead}, {Bucket: want[2], Permission: meta.PermRead}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	narrow := g.Endpoint
+	narrow.AccessKey, narrow.SecretKey = k.ID, k.Secret
+	pages := func(ep stack.Endpoint, max int32) (got []string, calls int) {
+		in := &s3.ListBucketsInput{MaxBuckets: aws.Int32(max), Prefix: aws.String(prefix)}
+		for {
+			out, err := ep.S3Client().ListBuckets(ctx, in)
+			if err != nil {
+				t.Fatal(err)
+			}
+			calls++
+			if len(out.Buckets) > int(max) || len(out.Buckets) == 0 {
+				t.Fatalf("a page of %d buckets with max-buckets %d", len(out.Buckets), max)
+			}
+			if aws.ToString(out.Prefix) != prefix {
+				t.Fatalf("the answer's prefix %q, want %q", aws.ToString(out.Prefix), prefix)
+			}
+			for _, b := range out.Buckets {
+				got = append(got, aws.ToString(b.Name))
+			}
+			if out.ContinuationToken == nil {
+				return got, calls
+			}
+			in.ContinuationToken = out.ContinuationToken
+		}
+	}
+	if got, calls := pages(g.Endpoint, 1); !slices.Equal(got, want) || calls != 3 {
+		t.Fatalf("max-buckets 1: %v in %d pages, want %v in 3", got, calls, want)
+	}
+	if got, calls := pages(g.Endpoint, 2); !slices.Equal(got, want) || calls != 2 {
+		t.Fatalf("max-buckets 2: %v in %d pages, want %v in 2", got, calls, want)
+	}
+	if got, calls := pages(narrow, 1); !slices.Equal(got, []string{want[0], want[2]}) || calls != 2 {
+		t.Fatalf("a key granted two, max-buckets 1: %v in %d pages", got, calls)
+	}
+	for _, q := range []string{"max-buckets=0", "max-buckets=10001", "max-buckets=x", "continuation-token=%25%25"} {
+		sendExpect(t, "ListBuckets ?"+q, rawSigned(t, g.Endpoint, "GET", "/?"+q, nil, nil), 400, "InvalidArgument")
 	}
 }
 

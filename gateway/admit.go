@@ -50,6 +50,8 @@ type request struct {
 	// received, so a client's mistake in the body gets its own 4xx, not
 	// 503 (putObject, postObject).
 	reservationDeferred bool
+	// bucketPage is a ListBuckets request's paging (buckets.go).
+	bucketPage bucketPage
 
 	// The parts of the request that live as long as it does, allocated with
 	// it: the header view hdr points to, and what the signature check reads.

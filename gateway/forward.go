@@ -268,6 +268,9 @@ func (s *Server) buildUpstream(ctx *fasthttp.RequestCtx, r *request) (*upstream,
 	r.cancelUpstream = cancel
 	s.inflight.setCancel(r.inflightID, cancel)
 	query := forwardQuery(ctx.Request.URI().QueryString(), r.auth != nil && r.auth.Presigned && r.auth.SignatureV2)
+	if r.op.ListsBuckets {
+		query = "" // every bucket: fencegate pages what the key may see (buckets.go)
+	}
 	req, err := s.store.NewRequest(uctx, string(ctx.Method()), r.op.Level, r.bucket, r.key, query)
 	if err != nil {
 		cancel()

@@ -146,12 +146,3 @@ func (k *AccessKey) listsBucket(bucket, hidden string) bool {
 	}
 	return false
 }
-
-func (k *AccessKey) seesAllBuckets() bool {
-	for _, g := range k.Grants {
-		if g.Bucket == "*" {
-			return true
-		}
-	}
-	return false
-}

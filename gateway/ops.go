@@ -115,7 +115,7 @@ func buildOpTable() map[opKey]Op {
 		t[opKey{m, l, sub, copySrc}] = o
 	}
 	// Service.
-	add(G, service, "", false, Op{Name: "ListBuckets", Perm: PermAuthenticated, ListsBuckets: true, run: (*Server).forward})
+	add(G, service, "", false, Op{Name: "ListBuckets", Perm: PermAuthenticated, ListsBuckets: true, run: (*Server).listBuckets})
 	// fencegate's reservation API (reserve_api.go): any valid key; each
 	// call checks its grant on the bucket it names.
 	add(U, service, apiCollection, false, Op{Name: "CreateReservation", Perm: PermAuthenticated, Body: BodySmall, run: (*Server).reservationRequest})

@@ -50,7 +50,7 @@ func (s *Server) relay(ctx *fasthttp.RequestCtx, r *request, resp *http.Response
 	}
 	if r.op.ListsBuckets && resp.StatusCode == http.StatusOK {
 		var e *apiError
-		if peeked, e = visibleBuckets(resp, r.akey, s.hiddenBucket()); e != nil {
+		if peeked, e = visibleBuckets(resp, r.akey, s.hiddenBucket(), r.bucketPage); e != nil {
 			return e
 		}
 	}
