@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"strings"
 
 	"github.com/fencegate/fencegate/store"
 )
@@ -266,24 +265,11 @@ func (w *write) run(ctx context.Context, send func(Try) Sent, at func(Step)) (Wr
 		}
 	}
 	fenced := !req.ClientConditional && !req.Version
-	if parent, isMarker := strings.CutSuffix(req.Key, "/"); isMarker && parent != "" && req.KeysArePaths && req.Kind != KindDelete {
-		obj, err := l.head(ctx, w.st, parent)
-		if err != nil {
-			return w.failSettle(err, "for the object the marker would replace")
-		}
-		if obj.Exists {
-			l.Fail("the store holds an object at the key without its trailing '/', which the marker's write would replace: nothing sent")
-			return Written{}, ErrParentIsObject
-		}
-	}
-	if req.Kind == KindDelete && fenced && !fence.Exists && req.KeysArePaths && !strings.HasSuffix(req.Key, "/") {
-		var spare bool
-		if fence, spare, err = w.spareDirectory(ctx); err != nil {
-			return w.failSettle(err, "before a delete of an absent key")
-		}
-		if spare {
-			l.Fail("the key is absent and the store keeps a directory under its name, which the delete would remove: nothing sent")
-			return Written{Unsent: true}, nil
+	if req.KeysArePaths {
+		var out Written
+		var done bool
+		if fence, out, done, err = w.pathChecks(ctx, fence, fenced); done {
+			return out, err
 		}
 	}
 	if req.Progress != nil {
@@ -375,64 +361,6 @@ func (w *write) run(ctx context.Context, send func(Try) Sent, at func(Step)) (Wr
 		fence = now
 	}
 	return w.answered(ctx, ans, fence, at)
-}
-
-// spareDirectory decides a delete of a key the fence says is absent, on a
-// store that keeps keys as file paths: told to delete the absent key "k",
-// SeaweedFS deletes its directory entry "k", which is the marker "k/" (an
-// object, with its metadata, and its catalog entry), where S3 changes
-// nothing. A HEAD of "k/" that finds nothing leaves the delete as it was
-// (sent unconditionally: one request more than before, for absent keys
-// only). One that finds something (the marker, or the store's directory of
-// keys under "k/", store.Object.Directory, which SeaweedFS was not seen to
-// delete with them but is spared all the same) has the key itself HEADed
-// afresh: bytes there (written around the gateway) are deleted fenced on
-// their ETag; none spare the directory, and the delete is not sent (spare).
-func (w *write) spareDirectory(ctx context.Context) (fence Fence, spare bool, err error) {
-	dir, err := w.l.head(ctx, w.st, w.req.Key+"/")
-	if err != nil || !dir.Exists && !dir.Directory {
-		return Fence{}, false, err
-	}
-	if fence, err = w.l.Resettle(ctx, w.st); err != nil || fence.Exists {
-		return fence, false, err
-	}
-	return fence, true, nil
-}
-
-// KeyLister is a store that lists keys (store.Client). A write whose fence
-// the store refused while a HEAD shows the key as fenced, and which cannot be
-// sent again, asks it whether the store holds keys under the key.
-type KeyLister interface {
-	ListPage(ctx context.Context, bucket, prefix, after string, max int) (store.Page, error)
-}
-
-// keysUnderKey reports keys other than the write's own under "key/" at the
-// store: what SeaweedFS keeps as a directory, refusing If-None-Match on
-// "key" and If-Match on "key/" (ErrFenceRefused). A failed listing says no:
-// the client is answered as for a key that changed, and may try again.
-func (w *write) keysUnderKey(ctx context.Context) bool {
-	kl, ok := w.st.(KeyLister)
-	if !ok {
-		return false
-	}
-	prefix := w.req.Key
-	if !strings.HasSuffix(prefix, "/") {
-		prefix += "/"
-	}
-	// Asked after the attempt failed and the lease was given back: it only
-	// names the refusal, so the key is not held for it; bounded as a HEAD.
-	lctx, cancel := context.WithTimeout(ctx, headTimeout)
-	defer cancel()
-	page, err := kl.ListPage(lctx, w.req.Bucket, prefix, "", 2)
-	if err != nil {
-		return false
-	}
-	for _, o := range page.Objects {
-		if o.Key != w.req.Key {
-			return true
-		}
-	}
-	return false
 }
 
 // answered ends a write the store answered (not a refused fence).
