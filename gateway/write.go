@@ -24,6 +24,10 @@ var (
 	// clients do not retry it as they retry SlowDown.
 	errFenceRefused = newAPIError("ObjectExistsAsDirectory", http.StatusConflict,
 		"The store keeps this key as a directory (for keys under key/..., or left by them) and refuses to write it: delete those keys, or use another key.")
+	// errEmptyDirectory answers lease.ErrEmptyDirectory: the store clears
+	// such a directory by itself, so it is a wait, not a conflict.
+	errEmptyDirectory = newAPIError("SlowDown", http.StatusServiceUnavailable,
+		"The store keeps an empty directory under this key, left by keys deleted from under it, and refuses to write the key until it removes it (SeaweedFS does within a few minutes): try again then.")
 	// errParentIsObject answers lease.ErrParentIsObject: a write of the
 	// marker "p/" while the store holds an object "p" it would replace. A
 	// conflict, so that clients do not retry it.
@@ -104,6 +108,8 @@ func (s *Server) writeError(r *request, key string, err error) *apiError {
 		return errSlowDown
 	case errors.Is(err, lease.ErrFenceRefused):
 		return errFenceRefused
+	case errors.Is(err, lease.ErrEmptyDirectory):
+		return errEmptyDirectory
 	case errors.Is(err, lease.ErrParentIsObject):
 		return errParentIsObject
 	case errors.Is(err, lease.ErrEntryAbsent):

@@ -67,17 +67,36 @@ func (w *write) spareDirectory(ctx context.Context) (fence Fence, spare bool, er
 	return fence, true, nil
 }
 
+// directoryRefusal names the store's own refusal of a fence while a HEAD
+// shows the key as fenced: keys under "key/" make a directory there
+// (ErrFenceRefused); none, with the store's directory at "key/" all the
+// same, is the empty directory such keys leave behind (ErrEmptyDirectory).
+// nil: neither, or the store could not tell (a failed listing or HEAD):
+// the write goes on as for a key that changed around the gateway.
+func (w *write) directoryRefusal(ctx context.Context) error {
+	if w.keysUnderKey(ctx) {
+		return ErrFenceRefused
+	}
+	dir := w.req.Key
+	if !strings.HasSuffix(dir, "/") {
+		dir += "/"
+	}
+	if obj, err := w.l.head(ctx, w.st, dir); err == nil && obj.Directory {
+		return ErrEmptyDirectory
+	}
+	return nil
+}
+
 // KeyLister is a store that lists keys (store.Client). A write whose fence
-// the store refused while a HEAD shows the key as fenced, and which cannot be
-// sent again, asks it whether the store holds keys under the key.
+// the store refused while a HEAD shows the key as fenced asks it whether the
+// store holds keys under the key.
 type KeyLister interface {
 	ListPage(ctx context.Context, bucket, prefix, after string, max int) (store.Page, error)
 }
 
 // keysUnderKey reports keys other than the write's own under "key/" at the
 // store: what SeaweedFS keeps as a directory, refusing If-None-Match on
-// "key" and If-Match on "key/" (ErrFenceRefused). A failed listing says no:
-// the client is answered as for a key that changed, and may try again.
+// "key" and If-Match on "key/" (ErrFenceRefused). A failed listing says no.
 func (w *write) keysUnderKey(ctx context.Context) bool {
 	kl, ok := w.st.(KeyLister)
 	if !ok {
@@ -87,8 +106,8 @@ func (w *write) keysUnderKey(ctx context.Context) bool {
 	if !strings.HasSuffix(prefix, "/") {
 		prefix += "/"
 	}
-	// Asked after the attempt failed and the lease was given back: it only
-	// names the refusal, so the key is not held for it; bounded as a HEAD.
+	// Asked under the lease, before the write is sent again or given up:
+	// bounded as a HEAD, and only after a refused fence.
 	lctx, cancel := context.WithTimeout(ctx, headTimeout)
 	defer cancel()
 	page, err := kl.ListPage(lctx, w.req.Bucket, prefix, "", 2)

@@ -194,6 +194,12 @@ var (
 	// which refuses If-None-Match on "key" and If-Match on "key/"). Nothing
 	// was written; trying again would meet the same refusal.
 	ErrFenceRefused = errors.New("the store refuses fencegate's condition on the key, though a HEAD finds the key as the condition names it")
+	// ErrEmptyDirectory: as ErrFenceRefused, but no key is left under
+	// "key/": the store keeps the empty directory they left and refuses
+	// fencegate's conditions on it until it removes it (SeaweedFS does by
+	// itself, about 2.5 minutes after the last key under it was deleted).
+	// Nothing was written; the client may try again later.
+	ErrEmptyDirectory = errors.New("the store keeps an empty directory at the key, left by keys deleted from under it, and refuses fencegate's condition on it")
 	// ErrParentIsObject: a write of the marker "p/" was not sent because the
 	// store holds an object "p" that it would replace (KeysArePaths).
 	ErrParentIsObject = errors.New("the store holds an object that the marker's write would replace")
@@ -327,16 +333,22 @@ func (w *write) run(ctx context.Context, send func(Try) Sent, at func(Step)) (Wr
 				// A PUT is sent once more when its body can be: a second
 				// refusal, the key still as fenced to a HEAD, is the
 				// store's own (ErrFenceRefused), which no retry of the
-				// client's would get past.
-				if req.Kind == KindPut && req.Resendable && try == 0 {
+				// client's would get past. On a store that keeps keys as
+				// file paths its directory at the key is that refusal
+				// (paths.go), told before anything is sent again.
+				var refusal error
+				if req.KeysArePaths && req.Kind != KindDelete {
+					refusal = w.directoryRefusal(ctx)
+				}
+				if refusal == nil && req.Kind == KindPut && req.Resendable && try == 0 {
 					continue
 				}
 				l.Fail(fmt.Sprintf("the store refused fencegate's condition, and the key is as it was fenced: %d %s",
 					ans.Status, http.StatusText(ans.Status)))
-				// A write that cannot be sent again (a streamed body, a
-				// copy, a Complete) is told the store's own refusal by a
-				// listing that finds keys under the key.
-				if req.Kind == KindPut && try > 0 || req.KeysArePaths && req.Kind != KindDelete && w.keysUnderKey(ctx) {
+				switch {
+				case refusal != nil:
+					return Written{}, refusal
+				case req.Kind == KindPut && try > 0:
 					return Written{}, ErrFenceRefused
 				}
 				return Written{}, ErrKeyChanged
