@@ -48,6 +48,18 @@ type testGateway struct {
 	Wait     func() error
 }
 
+// endpointWithKey is the gateway as a new access key with grants sees it.
+func (g *testGateway) endpointWithKey(t *testing.T, desc string, grants ...meta.Grant) stack.Endpoint {
+	t.Helper()
+	k, err := g.Keys.Create(context.Background(), desc, grants)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ep := g.Endpoint
+	ep.AccessKey, ep.SecretKey = k.ID, k.Secret
+	return ep
+}
+
 type gatewayOptions struct {
 	Lease lease.Config
 	Hooks lease.Hooks

@@ -102,12 +102,7 @@ func TestBucketNotificationAPI(t *testing.T) {
 		t.Errorf("PUT on a missing bucket: %d %s", res.Status, res.Code)
 	}
 	// A write grant may read the configuration but not change it.
-	k, err := g.Keys.Create(t.Context(), "writer", []meta.Grant{{Bucket: bucket, Permission: meta.PermWrite}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	writer := g.Endpoint
-	writer.AccessKey, writer.SecretKey = k.ID, k.Secret
+	writer := g.endpointWithKey(t, "writer", meta.Grant{Bucket: bucket, Permission: meta.PermWrite})
 	if res := doRaw(writer, "PUT", "/"+bucket+"?notification", notificationDoc(), nil); res.Status != 403 || res.Code != "AccessDenied" {
 		t.Errorf("PUT with a write grant: %d %s", res.Status, res.Code)
 	}

@@ -41,12 +41,7 @@ func TestPostObjectFormCannotCopy(t *testing.T) {
 	if r := putRaw(g.Endpoint, b, "secret.txt", []byte(secret), nil); r.Status != 200 {
 		t.Fatalf("PUT the secret: %+v", r)
 	}
-	k, err := g.Keys.Create(context.Background(), "write on A only "+t.Name(), []meta.Grant{{Bucket: a, Permission: meta.PermWrite}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ep := g.Endpoint
-	ep.AccessKey, ep.SecretKey = k.ID, k.Secret
+	ep := g.endpointWithKey(t, "write on A only "+t.Name(), meta.Grant{Bucket: a, Permission: meta.PermWrite})
 	const key = "stolen"
 	attack := []formField{
 		{"key", key},

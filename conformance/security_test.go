@@ -142,17 +142,8 @@ func newSecurityFixture(t *testing.T) *securityFixture {
 	if _, err := g.S3Client().PutObject(ctx, &s3.PutObjectInput{Bucket: &fx.secret, Key: &fx.secretKey, Body: strings.NewReader("the secret")}); err != nil {
 		t.Fatal(err)
 	}
-	mk := func(desc string, grants ...meta.Grant) stack.Endpoint {
-		k, err := g.Keys.Create(ctx, desc, grants)
-		if err != nil {
-			t.Fatal(err)
-		}
-		ep := g.Endpoint
-		ep.AccessKey, ep.SecretKey = k.ID, k.Secret
-		return ep
-	}
-	fx.rw = mk("dropbox rw", meta.Grant{Bucket: fx.dropbox, Permission: meta.PermRead}, meta.Grant{Bucket: fx.dropbox, Permission: meta.PermWrite})
-	fx.writeOnly = mk("dropbox write only", meta.Grant{Bucket: fx.dropbox, Permission: meta.PermWrite})
+	fx.rw = g.endpointWithKey(t, "dropbox rw", meta.Grant{Bucket: fx.dropbox, Permission: meta.PermRead}, meta.Grant{Bucket: fx.dropbox, Permission: meta.PermWrite})
+	fx.writeOnly = g.endpointWithKey(t, "dropbox write only", meta.Grant{Bucket: fx.dropbox, Permission: meta.PermWrite})
 	return fx
 }
 
@@ -264,12 +255,7 @@ func TestSecurityObjectKeysNeverAddressABucket(t *testing.T) {
 	fx := newSecurityFixture(t)
 	empty := "t-empty-" + randomSuffix()
 	createBucket(t, fx.g.Endpoint, empty)
-	k, err := fx.g.Keys.Create(context.Background(), "write only on empty", []meta.Grant{{Bucket: empty, Permission: meta.PermWrite}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ep := fx.g.Endpoint
-	ep.AccessKey, ep.SecretKey = k.ID, k.Secret
+	ep := fx.g.endpointWithKey(t, "write only on empty", meta.Grant{Bucket: empty, Permission: meta.PermWrite})
 	doc := []byte(`<Delete><Object><Key></Key></Object></Delete>`)
 	req := rawSigned(t, ep, "POST", "/"+empty+"?delete", doc, [][2]string{{"content-md5", md5b64(doc)}})
 	resp, err := http.DefaultClient.Do(req)
@@ -397,12 +383,7 @@ func TestListBucketsHidesTheProbeBucket(t *testing.T) {
 	if seen := names(g.Endpoint); !seen[mine] || seen["fencegate-probe"] {
 		t.Fatalf("a key granted every bucket lists %v: want %s and not fencegate-probe", seen, mine)
 	}
-	k, err := g.Keys.Create(ctx, "probe reader", []meta.Grant{{Bucket: "fencegate-probe", Permission: meta.PermRead}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ep := g.Endpoint
-	ep.AccessKey, ep.SecretKey = k.ID, k.Secret
+	ep := g.endpointWithKey(t, "probe reader", meta.Grant{Bucket: "fencegate-probe", Permission: meta.PermRead})
 	if seen := names(ep); !seen["fencegate-probe"] || len(seen) != 1 {
 		t.Fatalf("a key granted fencegate-probe by name lists %v", seen)
 	}
@@ -421,12 +402,7 @@ func TestListBucketsPaginated(t *testing.T) {
 		createBucket(t, g.Endpoint, b)
 	}
 	createBucket(t, g.Endpoint, "t-other-"+randomSuffix())
-	k, err := g.Keys.Create(ctx, "two of three", []meta.Grant{{Bucket: want[0], Permission: meta.PermRead}, {Bucket: want[2], Permission: meta.PermRead}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	narrow := g.Endpoint
-	narrow.AccessKey, narrow.SecretKey = k.ID, k.Secret
+	narrow := g.endpointWithKey(t, "two of three", meta.Grant{Bucket: want[0], Permission: meta.PermRead}, meta.Grant{Bucket: want[2], Permission: meta.PermRead})
 	pages := func(ep stack.Endpoint, max int32) (got []string, calls int) {
 		in := &s3.ListBucketsInput{MaxBuckets: aws.Int32(max), Prefix: aws.String(prefix)}
 		for {
