@@ -57,7 +57,7 @@ func (w *write) pathChecks(ctx context.Context, fence Fence, fenced bool) (_ Fen
 // afresh: bytes there (written around the gateway) are deleted fenced on
 // their ETag; none spare the directory, and the delete is not sent (spare).
 func (w *write) spareDirectory(ctx context.Context) (fence Fence, spare bool, err error) {
-	dir, err := w.l.head(ctx, w.st, w.req.Key+"/")
+	dir, err := w.l.head(ctx, w.st, directoryOf(w.req.Key))
 	if err != nil || !dir.Exists && !dir.Directory {
 		return Fence{}, false, err
 	}
@@ -77,11 +77,7 @@ func (w *write) directoryRefusal(ctx context.Context) error {
 	if w.keysUnderKey(ctx) {
 		return ErrFenceRefused
 	}
-	dir := w.req.Key
-	if !strings.HasSuffix(dir, "/") {
-		dir += "/"
-	}
-	if obj, err := w.l.head(ctx, w.st, dir); err == nil && obj.Directory {
+	if obj, err := w.l.head(ctx, w.st, directoryOf(w.req.Key)); err == nil && obj.Directory {
 		return ErrEmptyDirectory
 	}
 	return nil
@@ -102,10 +98,7 @@ func (w *write) keysUnderKey(ctx context.Context) bool {
 	if !ok {
 		return false
 	}
-	prefix := w.req.Key
-	if !strings.HasSuffix(prefix, "/") {
-		prefix += "/"
-	}
+	prefix := directoryOf(w.req.Key)
 	// Asked under the lease, before the write is sent again or given up:
 	// bounded as a HEAD, and only after a refused fence.
 	lctx, cancel := context.WithTimeout(ctx, headTimeout)
@@ -120,4 +113,13 @@ func (w *write) keysUnderKey(ctx context.Context) bool {
 		}
 	}
 	return false
+}
+
+// directoryOf is the store's directory name for key: "key/", or the marker
+// itself.
+func directoryOf(key string) string {
+	if strings.HasSuffix(key, "/") {
+		return key
+	}
+	return key + "/"
 }
