@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"fmt"
 	"net/http"
 	"os"
 	"os/exec"
@@ -67,6 +68,30 @@ func TestDevRunComesUpAndStopsClean(t *testing.T) {
 	if _, err := store.S3Client().ListBuckets(context.Background(), &s3.ListBucketsInput{}); err != nil {
 		t.Fatalf("ListBuckets at the store with the env file's store key: %v", err)
 	}
+	// A second `make run` on the same folder, the stack still up: it is told
+	// which process serves the folder and how to stop it, starts nothing, and
+	// leaves the running stack and its env file as they were (before: its
+	// PostgreSQL failed on the cluster's lock file and it printed the server
+	// log of every earlier run).
+	envBefore, err := os.ReadFile(envPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	second := exec.Command(bin, "dev", "run", "--dir", dir)
+	secondOut, err := runWithin(second, 30*time.Second)
+	if err == nil {
+		t.Fatalf("a second dev run on %s succeeded:\n%s", dir, secondOut)
+	}
+	pid := strconv.Itoa(cmd.Process.Pid)
+	if !strings.Contains(secondOut, "pid "+pid) || !strings.Contains(secondOut, "kill -INT "+pid) || strings.Contains(secondOut, "starting PostgreSQL") {
+		t.Fatalf("a second dev run on %s, the first being pid %s, said:\n%s", dir, pid, secondOut)
+	}
+	if envAfter, _ := os.ReadFile(envPath); !bytes.Equal(envAfter, envBefore) {
+		t.Fatalf("a second dev run changed %s:\n%s\nwas:\n%s", envPath, envAfter, envBefore)
+	}
+	if _, err := ep.S3Client().ListBuckets(context.Background(), &s3.ListBucketsInput{}); err != nil {
+		t.Fatalf("ListBuckets after a second dev run was refused: %v", err)
+	}
 	// The gateway runs with the runtime monitor's setting (internal/sysmon),
 	// re-executed in place (the same pid); PostgreSQL and the store, which it
 	// started after that, run with the environment it was given.
@@ -125,6 +150,25 @@ func waitEnvFile(t *testing.T, path string, exited <-chan error, out *bytes.Buff
 			t.Fatalf("no %s after 3 minutes:\n%s", path, out.String())
 		case <-time.After(200 * time.Millisecond):
 		}
+	}
+}
+
+// runWithin runs cmd to its end, at most limit, and returns what it wrote.
+func runWithin(cmd *exec.Cmd, limit time.Duration) (string, error) {
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		return "", err
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	select {
+	case err := <-done:
+		return out.String(), err
+	case <-time.After(limit):
+		_ = cmd.Process.Kill()
+		<-done
+		return out.String(), fmt.Errorf("still running after %s, killed", limit)
 	}
 }
 

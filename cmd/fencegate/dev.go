@@ -155,6 +155,11 @@ func devRun(ctx context.Context, args []string) error {
 	if err := stack.MakePrivateDir(dir); err != nil {
 		return err
 	}
+	unlock, err := stack.LockDir(dir, "fencegate dev run", filepath.Join(dir, "env"))
+	if err != nil {
+		return err
+	}
+	defer unlock()
 	statePath := filepath.Join(dir, "state.json")
 	st, err := loadDevState(statePath)
 	if err != nil {

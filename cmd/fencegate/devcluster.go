@@ -45,6 +45,11 @@ func devCluster(ctx context.Context, args []string) error {
 	if err := stack.MakePrivateDir(data); err != nil {
 		return err
 	}
+	unlock, err := stack.LockDir(data, "fencegate dev cluster", filepath.Join(dir, "env"))
+	if err != nil {
+		return err
+	}
+	defer unlock()
 	statePath := filepath.Join(data, "state.json")
 	st, err := loadDevState(statePath)
 	if err != nil {

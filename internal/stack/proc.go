@@ -2,6 +2,7 @@ package stack
 
 import (
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -17,6 +18,9 @@ type proc struct {
 	cmd     *exec.Cmd
 	logPath string
 	logFile *os.File
+	// logStart is the log file's length when this process started: the
+	// file is kept across starts, and a start-up error quotes this start's.
+	logStart int64
 	// done is closed once the process has exited, with its exit in err:
 	// any number of waiters see it (a channel of the exit, received and
 	// sent back by each, lost it to a waiter that did not send it back, and
@@ -39,6 +43,11 @@ func startProc(name, logPath string, cred *syscall.Credential, env []string, bin
 		logf.Close()
 		return nil, err
 	}
+	logStart, err := logf.Seek(0, io.SeekEnd)
+	if err != nil {
+		logf.Close()
+		return nil, err
+	}
 	cmd := exec.Command(bin, args...)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.Env = env
@@ -47,14 +56,18 @@ func startProc(name, logPath string, cred *syscall.Credential, env []string, bin
 		logf.Close()
 		return nil, fmt.Errorf("start %s: %w", name, err)
 	}
-	p := &proc{name: name, cmd: cmd, logPath: logPath, logFile: logf, done: make(chan struct{})}
+	p := &proc{name: name, cmd: cmd, logPath: logPath, logFile: logf, logStart: logStart, done: make(chan struct{})}
 	go func() { p.err = cmd.Wait(); close(p.done) }()
 	return p, nil
 }
 
-// logTail is the end of the process's log, for start-up error messages.
+// logTail is the end of what this process wrote to its log, for start-up
+// error messages.
 func (p *proc) logTail() string {
 	b, _ := os.ReadFile(p.logPath)
+	if int64(len(b)) >= p.logStart {
+		b = b[p.logStart:]
+	}
 	return lastLines(string(b), 20)
 }
 

@@ -3,6 +3,7 @@ package stack
 import (
 	"context"
 	"net"
+	"os"
 	"strconv"
 	"strings"
 	"testing"
@@ -66,5 +67,27 @@ func TestFreePortIsBelowTheEphemeralRange(t *testing.T) {
 			continue
 		}
 		l.Close()
+	}
+}
+
+// The log quoted in a start-up error is this start's: a log file kept
+// across `make run`s (PostgreSQL's) quoted every earlier run's shutdown
+// before the line that said why this one failed.
+func TestStartUpLogIsThisStartsOnly(t *testing.T) {
+	logPath := t.TempDir() + "/server.log"
+	if err := os.WriteFile(logPath, []byte("an earlier run: database system is shut down\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	p, err := startProc("sh", logPath, nil, nil, "/bin/sh", "-c", "echo this start failed; exit 1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	<-p.done
+	p.stop(0, time.Second)
+	if tail := p.logTail(); tail != "this start failed" {
+		t.Fatalf("logTail = %q, want this start's line only", tail)
+	}
+	if b, _ := os.ReadFile(logPath); !strings.HasPrefix(string(b), "an earlier run") {
+		t.Fatalf("the log file lost its earlier lines: %q", b)
 	}
 }
