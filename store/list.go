@@ -1,39 +1,25 @@
 package store
 
-import (
-	"context"
-	"fmt"
-	"net/url"
-)
+import "context"
 
-// ListKeys calls fn with every key of bucket, in pages (ListObjectsV2).
+// ListKeys calls fn with every key of bucket, in pages (ListPage's, of 1000).
 func (c *Client) ListKeys(ctx context.Context, bucket string, fn func(keys []string) error) error {
-	token := ""
+	after := ""
 	for {
-		q := "list-type=2&max-keys=1000"
-		if token != "" {
-			q += "&continuation-token=" + url.QueryEscape(token)
+		p, err := c.ListPage(ctx, bucket, "", after, 1000)
+		if err != nil {
+			return err
 		}
-		var page struct {
-			Contents []struct {
-				Key string
-			}
-			IsTruncated           bool
-			NextContinuationToken string
-		}
-		if err := c.getXML(ctx, LevelBucket, bucket, "", q, &page); err != nil {
-			return fmt.Errorf("list %s: %w", bucket, err)
-		}
-		keys := make([]string, len(page.Contents))
-		for i, c := range page.Contents {
-			keys[i] = c.Key
+		keys := make([]string, len(p.Objects))
+		for i, o := range p.Objects {
+			keys[i] = o.Key
 		}
 		if err := fn(keys); err != nil {
 			return err
 		}
-		if !page.IsTruncated {
+		if p.Next == "" {
 			return nil
 		}
-		token = page.NextContinuationToken
+		after = p.Next
 	}
 }

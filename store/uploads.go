@@ -32,7 +32,10 @@ type Page struct {
 // ListPage lists one page of at most max keys of bucket under prefix,
 // starting after the continuation marker after ("" for the start).
 func (c *Client) ListPage(ctx context.Context, bucket, prefix, after string, max int) (Page, error) {
-	q := "list-type=2&max-keys=" + strconv.Itoa(max)
+	// encoding-type=url: a key with a character XML 1.0 cannot carry
+	// (U+0001-U+001F but tab, newline and return) is otherwise written as
+	// U+FFFD by SeaweedFS, naming no object.
+	q := "encoding-type=url&list-type=2&max-keys=" + strconv.Itoa(max)
 	if prefix != "" {
 		q += "&prefix=" + url.QueryEscape(prefix)
 	}
@@ -47,13 +50,18 @@ func (c *Client) ListPage(ctx context.Context, bucket, prefix, after string, max
 		}
 		IsTruncated           bool
 		NextContinuationToken string
+		EncodingType          string
 	}
 	if err := c.getXML(ctx, LevelBucket, bucket, "", q, &page); err != nil {
 		return Page{}, fmt.Errorf("list %s: %w", bucket, err)
 	}
 	var p Page
 	for _, o := range page.Contents {
-		p.Objects = append(p.Objects, Listed{Key: o.Key, ETag: TrimETag(o.ETag), Size: o.Size})
+		key, err := listedKey(page.EncodingType, o.Key)
+		if err != nil {
+			return Page{}, fmt.Errorf("list %s: %w", bucket, err)
+		}
+		p.Objects = append(p.Objects, Listed{Key: key, ETag: TrimETag(o.ETag), Size: o.Size})
 	}
 	if page.IsTruncated {
 		p.Next = page.NextContinuationToken
@@ -106,7 +114,7 @@ func (c *Client) KeyUploads(ctx context.Context, bucket, key string) ([]Upload, 
 }
 
 func (c *Client) listUploads(ctx context.Context, bucket, prefix, keyMarker, uploadMarker string, max int) (UploadsPage, error) {
-	q := "uploads=&max-uploads=" + strconv.Itoa(max)
+	q := "encoding-type=url&max-uploads=" + strconv.Itoa(max)
 	if prefix != "" {
 		q += "&prefix=" + url.QueryEscape(prefix)
 	}
@@ -116,6 +124,7 @@ func (c *Client) listUploads(ctx context.Context, bucket, prefix, keyMarker, upl
 			q += "&upload-id-marker=" + url.QueryEscape(uploadMarker)
 		}
 	}
+	q += "&uploads="
 	var page struct {
 		Upload []struct {
 			Key       string
@@ -125,19 +134,44 @@ func (c *Client) listUploads(ctx context.Context, bucket, prefix, keyMarker, upl
 		IsTruncated        bool
 		NextKeyMarker      string
 		NextUploadIdMarker string
+		EncodingType       string
 	}
 	if err := c.getXML(ctx, LevelBucket, bucket, "", q, &page); err != nil {
 		return UploadsPage{}, fmt.Errorf("list uploads of %s: %w", bucket, err)
 	}
 	var p UploadsPage
 	for _, u := range page.Upload {
+		key, err := listedKey(page.EncodingType, u.Key)
+		if err != nil {
+			return UploadsPage{}, fmt.Errorf("list uploads of %s: %w", bucket, err)
+		}
 		at, _ := time.Parse(time.RFC3339Nano, u.Initiated)
-		p.Uploads = append(p.Uploads, Upload{Key: u.Key, UploadID: u.UploadId, Initiated: at})
+		p.Uploads = append(p.Uploads, Upload{Key: key, UploadID: u.UploadId, Initiated: at})
 	}
 	if page.IsTruncated {
-		p.NextKey, p.NextUploadID = page.NextKeyMarker, page.NextUploadIdMarker
+		next, err := listedKey(page.EncodingType, page.NextKeyMarker)
+		if err != nil {
+			return UploadsPage{}, fmt.Errorf("list uploads of %s: %w", bucket, err)
+		}
+		p.NextKey, p.NextUploadID = next, page.NextUploadIdMarker
 	}
 	return p, nil
+}
+
+// listedKey is a key as a listing gave it: URL-encoded when the store says
+// it honoured encoding-type=url (S3's form encoding: '+' is a space), as it
+// is otherwise. SeaweedFS honours it in ListObjectsV2 only; its
+// ListMultipartUploads still names a key with such a character with U+FFFD
+// (docs/COMPATIBILITY.md).
+func listedKey(encodingType, key string) (string, error) {
+	if encodingType != "url" {
+		return key, nil
+	}
+	k, err := url.QueryUnescape(key)
+	if err != nil {
+		return "", fmt.Errorf("a key the store URL-encoded does not decode: %q: %w", key, err)
+	}
+	return k, nil
 }
 
 // ErrNoSuchUpload: the store does not know the upload (completed or aborted).
