@@ -401,11 +401,7 @@ func (s *Server) postAnswer(ctx *fasthttp.RequestCtx, r *request, post *sigv4.Po
 	if gen > 0 {
 		h.Set(generationHeader, strconv.FormatInt(gen, 10))
 	}
-	scheme := "http"
-	if ctx.IsTLS() {
-		scheme = "https"
-	}
-	location := scheme + "://" + string(ctx.Host()) + "/" + r.bucket + "/" + (&url.URL{Path: r.key}).EscapedPath()
+	location := s.objectURL(ctx, r)
 	h.Set("Location", location)
 	redirect, ok := post.Get("success_action_redirect")
 	if !ok {

@@ -100,7 +100,7 @@ func (s *Server) relay(ctx *fasthttp.RequestCtx, r *request, resp *http.Response
 			// The body names the request by the same id as the header, as
 			// S3's clients expect (they log and report either one); the
 			// store's own id stays in x-fencegate-store-request-id.
-			body = withRequestID(body, r.id)
+			body = withElement(body, "RequestId", r.id)
 		}
 		ctx.SetBody(body)
 	default:
@@ -199,9 +199,10 @@ func xmlElement(doc []byte, name string) string {
 	return html.UnescapeString(strings.TrimSpace(string(rest[:j])))
 }
 
-// withRequestID puts id in place of an error document's <RequestId>.
-func withRequestID(doc []byte, id string) []byte {
-	const open, closing = "<RequestId>", "</RequestId>"
+// withElement puts value, XML-escaped, in place of the text of doc's first
+// <name> element; doc is returned as it was when it has none.
+func withElement(doc []byte, name, value string) []byte {
+	open, closing := "<"+name+">", "</"+name+">"
 	i := bytes.Index(doc, []byte(open))
 	if i < 0 {
 		return doc
@@ -210,8 +211,8 @@ func withRequestID(doc []byte, id string) []byte {
 	if j < 0 {
 		return doc
 	}
-	out := make([]byte, 0, len(doc)+len(id))
+	out := make([]byte, 0, len(doc)+len(value))
 	out = append(out, doc[:i+len(open)]...)
-	out = append(out, id...)
+	out = appendXMLEscaped(out, value)
 	return append(out, doc[i+j:]...)
 }
