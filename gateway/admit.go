@@ -124,7 +124,7 @@ func (s *Server) admit(ctx *fasthttp.RequestCtx) (*request, *apiError) {
 		}
 	}
 	r.bucket, r.key = bucket, key
-	if bucket != "" && !validBucketName(bucket) {
+	if bucket != "" && !ValidBucketName(bucket) {
 		return r, errInvalidBucketName
 	}
 	hdr := &r.headers
@@ -265,7 +265,7 @@ func parseCopySource(v string) (bucket, key string, err *apiError) {
 	}
 	dec = strings.TrimPrefix(dec, "/")
 	bucket, key, ok := strings.Cut(dec, "/")
-	if !ok || key == "" || !validBucketName(bucket) {
+	if !ok || key == "" || !ValidBucketName(bucket) {
 		return "", "", newAPIError("InvalidArgument", 400, "Copy Source must mention the source bucket and key: sourcebucket/sourcekey.")
 	}
 	return bucket, key, nil

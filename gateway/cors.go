@@ -211,7 +211,7 @@ func (s *Server) answerPreflight(ctx *fasthttp.RequestCtx, r *request) *apiError
 		return errInvalidURI
 	}
 	r.bucket, r.key = bucket, key
-	if bucket != "" && !validBucketName(bucket) {
+	if bucket != "" && !ValidBucketName(bucket) {
 		return errInvalidBucketName
 	}
 	origin := headerFold(h, "Origin")
@@ -262,7 +262,7 @@ func (s *Server) corsActual(ctx *fasthttp.RequestCtx, r *request) {
 	h := &ctx.Response.Header
 	h.Set("Vary", varyCORS)
 	bucket := ""
-	if r != nil && validBucketName(r.bucket) {
+	if r != nil && ValidBucketName(r.bucket) {
 		bucket = r.bucket
 	}
 	cfg, err := s.cors.get(ctx, bucket)

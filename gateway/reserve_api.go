@@ -88,7 +88,7 @@ func (s *Server) reservationRequest(ctx *fasthttp.RequestCtx, r *request) *apiEr
 		if err := dec.Decode(&q); err != nil {
 			return writeJSONError(ctx, reservations.Invalid("the request body is not a reservation: "+err.Error()))
 		}
-		if !validBucketName(q.Bucket) || !r.akey.allowed(PermReserve, q.Bucket) {
+		if !ValidBucketName(q.Bucket) || !r.akey.allowed(PermReserve, q.Bucket) {
 			return writeJSONError(ctx, reservations.ErrAccessDenied)
 		}
 		res, made, err := api.CreateReservation(dctx, r.akey.ID, q)

@@ -47,10 +47,10 @@ func stripPort(host string) string {
 	return host
 }
 
-// validBucketName applies S3's naming rules loosely enough for existing buckets
+// ValidBucketName applies S3's naming rules loosely enough for existing buckets
 // (3-255 characters of letters, digits, '.', '-', '_'), so that a path like
 // "/../" can never address something that is not a bucket.
-func validBucketName(b string) bool {
+func ValidBucketName(b string) bool {
 	if len(b) < 3 || len(b) > 255 {
 		return false
 	}

@@ -83,7 +83,7 @@ func FuzzRoute(f *testing.F) {
 		if bucket == "" && key != "" {
 			t.Fatalf("route(%q, %q): a key %q without a bucket", host, path, key)
 		}
-		if !validBucketName(bucket) {
+		if !ValidBucketName(bucket) {
 			return // refused by admit
 		}
 		again := func(host string, path []byte) {
@@ -231,7 +231,7 @@ func FuzzParseCopySource(f *testing.F) {
 			}
 			return
 		}
-		if !validBucketName(bucket) || key == "" {
+		if !ValidBucketName(bucket) || key == "" {
 			t.Fatalf("%q: bucket %q key %q", v, bucket, key)
 		}
 		enc := string(sigv4.AppendEscapedPath([]byte("/"+bucket+"/"), key))

@@ -217,7 +217,7 @@ func New(ctx context.Context, cfg Config, deps Deps) (*Server, error) {
 	}
 	cfg.applyDefaults()
 	for _, b := range cfg.AnonymousWriteBuckets {
-		if !validBucketName(b) {
+		if !ValidBucketName(b) {
 			return nil, fmt.Errorf("anonymous write bucket %q: not a bucket name (name each bucket; there is no wildcard)", b)
 		}
 	}

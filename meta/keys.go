@@ -124,13 +124,21 @@ func (k *Keys) Grant(ctx context.Context, id string, grants ...Grant) error {
 	})
 }
 
-// Revoke removes grants from a key.
+// ErrNoSuchGrant: a revoke named a grant the key does not hold.
+var ErrNoSuchGrant = errors.New("no such grant")
+
+// Revoke removes grants from a key, all or (one of them not held: an
+// operator's typo, ErrNoSuchGrant naming it) none.
 func (k *Keys) Revoke(ctx context.Context, id string, grants ...Grant) error {
 	return k.change(ctx, id, func(tx pgx.Tx) error {
 		for _, g := range grants {
-			if _, err := tx.Exec(ctx, `DELETE FROM access_grants WHERE access_key_id = $1 AND bucket = $2 AND permission = $3`,
-				id, g.Bucket, string(g.Permission)); err != nil {
+			tag, err := tx.Exec(ctx, `DELETE FROM access_grants WHERE access_key_id = $1 AND bucket = $2 AND permission = $3`,
+				id, g.Bucket, string(g.Permission))
+			if err != nil {
 				return err
+			}
+			if tag.RowsAffected() == 0 {
+				return fmt.Errorf("%w: key %s holds no %s:%s (nothing revoked; `fencegate keys list` shows its grants)", ErrNoSuchGrant, id, g.Permission, g.Bucket)
 			}
 		}
 		return nil

@@ -40,6 +40,11 @@ func TestKeysLifecycle(t *testing.T) {
 	if err := keys.Revoke(ctx, k.ID, Grant{AllBuckets, PermAdmin}); err != nil {
 		t.Fatal(err)
 	}
+	// Revoking a grant the key does not hold (a typo of a bucket) is an
+	// error that names it, and revokes nothing of the rest.
+	if err := keys.Revoke(ctx, k.ID, Grant{"photos", PermWrite}, Grant{"photo", PermRead}); !errors.Is(err, ErrNoSuchGrant) {
+		t.Fatalf("revoke of a grant the key does not hold: %v, want ErrNoSuchGrant", err)
+	}
 	all, v1, err := keys.All(ctx)
 	if err != nil {
 		t.Fatal(err)

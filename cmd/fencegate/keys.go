@@ -9,6 +9,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/fencegate/fencegate/gateway"
 	"github.com/fencegate/fencegate/meta"
 )
 
@@ -25,6 +26,23 @@ GRANT is PERMISSION:BUCKET, PERMISSION one of read, write, admin, reserve
 Every subcommand takes the flags below (--description: create only).
 `
 
+// newGrants parses grants to create or add: each names '*' or a bucket
+// name a request could address (gateway.ValidBucketName), so that a typo
+// such as "write:*x" (grants have no patterns) is not stored as a grant on
+// a bucket that can never exist.
+func newGrants(args []string) ([]meta.Grant, error) {
+	grants, err := parseGrants(args)
+	for _, g := range grants {
+		if g.Bucket != meta.AllBuckets && !gateway.ValidBucketName(g.Bucket) {
+			return nil, fmt.Errorf("grant %s:%s: the bucket is neither '*' nor a bucket name (3-255 letters, digits, '.', '-', '_'); grants have no patterns",
+				g.Permission, g.Bucket)
+		}
+	}
+	return grants, err
+}
+
+// parseGrants parses PERMISSION:BUCKET arguments; a revoke takes them so,
+// whatever the bucket's name.
 func parseGrants(args []string) ([]meta.Grant, error) {
 	var out []meta.Grant
 	for _, a := range args {
@@ -74,7 +92,7 @@ func cmdKeys(ctx context.Context, args []string) error {
 	rest := f.Args()
 	switch sub {
 	case "create":
-		grants, err := parseGrants(rest)
+		grants, err := newGrants(rest)
 		if err != nil {
 			return err
 		}
@@ -102,7 +120,11 @@ func cmdKeys(ctx context.Context, args []string) error {
 		if len(rest) < 2 {
 			return fmt.Errorf("usage: fencegate keys %s KEY GRANT...", sub)
 		}
-		grants, err := parseGrants(rest[1:])
+		parse := parseGrants
+		if sub == "grant" {
+			parse = newGrants
+		}
+		grants, err := parse(rest[1:])
 		if err != nil {
 			return err
 		}
