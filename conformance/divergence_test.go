@@ -169,9 +169,10 @@ func TestAuditCommandRepairs(t *testing.T) {
 // listing without encoding-type=url cannot name them: SeaweedFS writes
 // U+FFFD in their place. The audit lists with encoding-type=url, so such a
 // key written through the gateway is no divergence, and one written around
-// it is found and recorded like any other (before: the audit reported the
-// first as missing beside an unrecorded twin with U+FFFD, on every pass, and
-// never recorded the second).
+// it is found and recorded like any other, as is a multipart upload left
+// open at one (before: the audit reported the first as missing beside an
+// unrecorded twin with U+FFFD, on every pass, never recorded the second, and
+// named the upload by a key it does not have).
 func TestAuditNamesKeysWithControlCharacters(t *testing.T) {
 	g := startGateway(t, gatewayOptions{})
 	bucket := "t-ctlkeys-" + randomSuffix()
@@ -187,15 +188,26 @@ func TestAuditNamesKeysWithControlCharacters(t *testing.T) {
 			t.Fatalf("PUT %q %s: %v", w.key, w.how, err)
 		}
 	}
+	// And a multipart upload left open around the gateway at such a key.
+	const openAround = "ctl\x02upload"
+	up, err := g.Store.S3Client().CreateMultipartUpload(ctx, &s3.CreateMultipartUploadInput{Bucket: &bucket, Key: aws.String(openAround)})
+	if err != nil {
+		t.Fatal(err)
+	}
 	out, code := runAudit(t, g, bucket, "--json")
 	var findings []lease.Finding
 	if err := json.Unmarshal([]byte(out), &findings); err != nil {
 		t.Fatalf("audit --json (exit %d): %v\n%s", code, err, out)
 	}
-	if code != 3 || len(findings) != 1 || findings[0].Key != around || findings[0].Kind != lease.Unrecorded {
-		t.Fatalf("audit exit %d, findings %+v: want only %q unrecorded", code, findings, around)
+	kinds := map[string]string{}
+	for _, f := range findings {
+		kinds[f.Key] = f.Kind
 	}
-	svc := lifecycleService(t, g, lease.LifecycleConfig{Kinds: []string{lease.KindAudit}, AuditBuckets: []string{bucket}})
+	if code != 3 || len(findings) != 2 || kinds[around] != lease.Unrecorded || kinds[openAround] != lease.ForeignUpload {
+		t.Fatalf("audit exit %d, findings %+v: want %q unrecorded and %q a foreign upload, nothing else", code, findings, around, openAround)
+	}
+	svc := lifecycleService(t, g, lease.LifecycleConfig{Kinds: []string{lease.KindAudit}, AuditBuckets: []string{bucket},
+		ForeignUploads: lease.ForeignAbort, ForeignUploadAge: time.Millisecond})
 	for pass := 1; ; pass++ {
 		svc.RunOnce(ctx)
 		if out, code = runAudit(t, g, bucket); code == 0 {
@@ -207,6 +219,9 @@ func TestAuditNamesKeysWithControlCharacters(t *testing.T) {
 	}
 	if row, ok := catalogOf(t, bucket, around); !ok || row.Origin != "external" || row.Deleted {
 		t.Errorf("%q: catalog %+v, want a live external generation", around, row)
+	}
+	if storeUploads(t, g, bucket)[*up.UploadId] {
+		t.Errorf("the foreign upload at %q is still open at the store (policy abort)", openAround)
 	}
 	audit(t, g.Store, bucket, through, around)
 }

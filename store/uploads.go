@@ -160,9 +160,7 @@ func (c *Client) listUploads(ctx context.Context, bucket, prefix, keyMarker, upl
 
 // listedKey is a key as a listing gave it: URL-encoded when the store says
 // it honoured encoding-type=url (S3's form encoding: '+' is a space), as it
-// is otherwise. SeaweedFS honours it in ListObjectsV2 only; its
-// ListMultipartUploads still names a key with such a character with U+FFFD
-// (docs/COMPATIBILITY.md).
+// is otherwise (docs/COMPATIBILITY.md).
 func listedKey(encodingType, key string) (string, error) {
 	if encodingType != "url" {
 		return key, nil
