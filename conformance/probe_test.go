@@ -3,10 +3,12 @@ package conformance
 import (
 	"context"
 	"os"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/fencegate/fencegate/internal/stack"
+	"github.com/fencegate/fencegate/internal/testenv"
 )
 
 // The start-up probe proves every fenced operation and truncation safety on
@@ -87,6 +89,24 @@ func TestStartupProbe(t *testing.T) {
 		"CompleteMultipartUpload If-Match with a stale ETag", "DeleteObject on an absent key", "aws-chunked body cut short is not published"} {
 		if !seen[name] {
 			t.Errorf("the probe no longer runs the check %q", name)
+		}
+	}
+}
+
+// A store that refuses fencegate's own key fails the start-up probe with the
+// store's own word for it and the flags to check (before: "create answered
+// 403", which an operator reads as a permissions problem of the bucket).
+func TestStartupProbeNamesTheStoresRefusal(t *testing.T) {
+	store := testenv.Store(t)
+	store.SecretKey = "wrong-backend-secret-000000000000000000"
+	g := startGateway(t, gatewayOptions{Store: &store})
+	_, err := g.Server.Probe(context.Background(), "fencegate-probe")
+	if err == nil {
+		t.Fatal("the probe passed with a wrong store secret")
+	}
+	for _, want := range []string{"403", "SignatureDoesNotMatch", "--store-access-key", "--store-secret-key"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("probe error %q lacks %q", err, want)
 		}
 	}
 }

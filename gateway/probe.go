@@ -299,18 +299,39 @@ type prober struct {
 }
 
 func (p *prober) ensureBucket(ctx context.Context) error {
-	st, _ := p.status(ctx, http.MethodHead, "", nil, nil, "")
-	switch st {
-	case 0:
-		return errors.New("the store did not answer the probe")
-	case 200:
+	head, err := p.exchange(ctx, http.MethodHead, "", "", nil, nil)
+	if err != nil {
+		return fmt.Errorf("the store did not answer the probe (--store-endpoint): %w", err)
+	}
+	if head.status == 200 {
 		return nil
 	}
-	st, _ = p.status(ctx, http.MethodPut, "", nil, nil, "")
-	if st != 200 && st != 409 {
-		return fmt.Errorf("probe bucket %s: create answered %d", p.bucket, st)
+	a, err := p.exchange(ctx, http.MethodPut, "", "", nil, nil)
+	if err != nil {
+		return fmt.Errorf("probe bucket %s: create: %w", p.bucket, err)
+	}
+	if a.status != 200 && a.status != 409 {
+		return fmt.Errorf("probe bucket %s: create answered %d%s", p.bucket, a.status, refusalOf(a.body))
 	}
 	return nil
+}
+
+// refusalOf is the store's error document in a probe's error: its code and
+// message, and for a refusal of fencegate's own key where to look.
+func refusalOf(doc []byte) string {
+	code := xmlElement(doc, "Code")
+	if code == "" {
+		return ""
+	}
+	out := " " + code
+	if m := xmlElement(doc, "Message"); m != "" {
+		out += " (" + m + ")"
+	}
+	switch code {
+	case "SignatureDoesNotMatch", "InvalidAccessKeyId", "AccessDenied":
+		out += ": the store refuses fencegate's own key; check --store-access-key and --store-secret-key (and --store-region)"
+	}
+	return out
 }
 
 // answer is what the store said to one probe request.
