@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"os"
 	"os/exec"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -205,6 +206,16 @@ func TestAuditNamesKeysWithControlCharacters(t *testing.T) {
 	}
 	if code != 3 || len(findings) != 2 || kinds[around] != lease.Unrecorded || kinds[openAround] != lease.ForeignUpload {
 		t.Fatalf("audit exit %d, findings %+v: want %q unrecorded and %q a foreign upload, nothing else", code, findings, around, openAround)
+	}
+	// The table shows such a key quoted: whoever may write a key must not
+	// write to the operator's terminal (an escape sequence in a key could
+	// rewrite or erase the lines around it).
+	table, _ := runAudit(t, g, bucket)
+	if i := strings.IndexFunc(table, func(r rune) bool { return r < 0x20 && r != '\n' || r == 0x7f }); i >= 0 {
+		t.Errorf("audit's table carries the control character %q of a key:\n%q", table[i], table)
+	}
+	if !strings.Contains(table, strconv.Quote(around)) {
+		t.Errorf("audit's table does not show %q quoted:\n%s", around, table)
 	}
 	svc := lifecycleService(t, g, lease.LifecycleConfig{Kinds: []string{lease.KindAudit}, AuditBuckets: []string{bucket},
 		ForeignUploads: lease.ForeignAbort, ForeignUploadAge: time.Millisecond})

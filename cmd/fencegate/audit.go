@@ -141,7 +141,7 @@ func cmdAudit(ctx context.Context, args []string) error {
 			if ref == "" {
 				ref = "-"
 			}
-			fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\n", fd.Kind, fd.Key, storeCol, catCol, ref, orDash(repaired[i]))
+			fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\n", fd.Kind, shown(fd.Key), storeCol, catCol, ref, orDash(repaired[i]))
 		}
 		w.Flush()
 		fmt.Printf("%d divergences in %s", len(findings), bucket)

@@ -74,7 +74,7 @@ func cmdCatalog(ctx context.Context, args []string) error {
 			g.Go(func() error {
 				if err := leases.SettleKey(ctx, bucket, k, settler, true); err != nil {
 					failed.Add(1)
-					return fmt.Errorf("%s: %w", k, err)
+					return fmt.Errorf("%s: %w", shown(k), err)
 				}
 				settled.Add(1)
 				return nil

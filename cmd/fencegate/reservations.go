@@ -134,7 +134,7 @@ func cmdReservations(ctx context.Context, args []string) error {
 			return json.NewEncoder(os.Stdout).Encode(out)
 		}
 		for _, r := range all {
-			fmt.Printf("%s\t%s\t%s/%s\t%s\n", r.ID, r.State, r.Bucket, r.Key, r.ExpiresAt.Format(time.RFC3339))
+			fmt.Printf("%s\t%s\t%s/%s\t%s\n", r.ID, r.State, r.Bucket, shown(r.Key), r.ExpiresAt.Format(time.RFC3339))
 		}
 		return nil
 	}
@@ -178,7 +178,7 @@ func printReservation(v reservations.Reservation, asJSON bool) error {
 	if asJSON {
 		return json.NewEncoder(os.Stdout).Encode(v)
 	}
-	fmt.Printf("id\t%s\nstate\t%s\nbucket\t%s\nkey\t%s\nexpires_at\t%s\n", v.ID, v.State, v.Bucket, v.Key, v.ExpiresAt.Format(time.RFC3339))
+	fmt.Printf("id\t%s\nstate\t%s\nbucket\t%s\nkey\t%s\nexpires_at\t%s\n", v.ID, v.State, v.Bucket, shown(v.Key), v.ExpiresAt.Format(time.RFC3339))
 	if header, value := v.ChecksumHeader(); header != "" {
 		// As store.ChecksumValue writes it (and reservation_events records it).
 		fmt.Printf("checksum\t%s:%s\n", strings.TrimPrefix(header, "x-amz-checksum-"), value)
