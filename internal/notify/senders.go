@@ -6,9 +6,11 @@ import (
 	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"sync"
 	"time"
 
@@ -47,11 +49,14 @@ type webhook struct {
 	client *http.Client
 }
 
+// send posts e. Its errors, which reach the log and the dead letter's
+// record, name the target's host only: a webhook's URL often carries its
+// credential in the path (chat hooks) or the query.
 func (w *webhook) send(ctx context.Context, e Event) error {
 	body := e.Body()
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, w.t.URL, bytes.NewReader(body))
 	if err != nil {
-		return err
+		return fmt.Errorf("webhook %s: its URL does not make a request", w.t.Name) // the error would quote it
 	}
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("X-Fencegate-Event-Id", e.ID())
@@ -60,12 +65,16 @@ func (w *webhook) send(ctx context.Context, e Event) error {
 	}
 	resp, err := w.client.Do(req)
 	if err != nil {
-		return err
+		var ue *url.Error
+		if errors.As(err, &ue) {
+			err = ue.Err // ue names the whole URL
+		}
+		return fmt.Errorf("webhook at %s: %w", req.URL.Host, err)
 	}
 	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
 	resp.Body.Close()
 	if resp.StatusCode/100 != 2 {
-		return fmt.Errorf("webhook answered %s", resp.Status)
+		return fmt.Errorf("webhook at %s answered %s", req.URL.Host, resp.Status)
 	}
 	return nil
 }
