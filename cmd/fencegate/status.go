@@ -111,13 +111,52 @@ func printStatus(s meta.Status) {
 	fmt.Fprintf(w, "RESERVATIONS\treserved %d, committed %d, expired %d, cancelled %d, failed %d; sweeper backlog %d\n",
 		r["reserved"], r["committed"], r["expired"], r["cancelled"], r["failed"], s.Reservations.SweepBacklog)
 	fmt.Fprintln(w, "LAST PASSES\t")
-	if len(s.Passes) == 0 {
+	live := map[string]bool{}
+	for _, ss := range s.Sessions {
+		if ss.Alive && ss.EndedAt == nil {
+			live[ss.Gateway] = true
+		}
+	}
+	passes, hidden := passesToShow(s.Passes, live)
+	if len(passes) == 0 {
 		fmt.Fprintln(w, "  (none)\t")
 	} else {
 		fmt.Fprintln(w, "  KIND\tGATEWAY\tAGO\tTOOK\tBATCHES\tCLAIMED\tCOMPLETED\tRETRIED\tSKIPPED\tFAILED")
 	}
-	for _, p := range s.Passes {
-		fmt.Fprintf(w, "  %s\t%s\t%s\t%dms\t%d\t%d\t%d\t%d\t%d\t%d\n", p.Kind, p.Gateway, time.Since(p.StartedAt).Round(time.Second),
+	for _, p := range passes {
+		gw := p.Gateway
+		if !live[gw] {
+			gw += " (gone)"
+		}
+		fmt.Fprintf(w, "  %s\t%s\t%s\t%dms\t%d\t%d\t%d\t%d\t%d\t%d\n", p.Kind, gw, time.Since(p.StartedAt).Round(time.Second),
 			p.DurationMS, p.Batches, p.Claimed, p.Completed, p.Retried, p.Skipped, p.Failed)
 	}
+	if hidden > 0 {
+		w.Flush() // a line of its own, outside the table's columns
+		fmt.Printf("  (%d older passes of gateways gone: --json lists them)\n", hidden)
+	}
+}
+
+// passesToShow is the table's rows of passes (in kind order, as read): the
+// live gateways' and, for a kind none of them has run, the newest pass of a
+// gateway gone; hidden counts the others, which the database keeps for the
+// lease retention and --json lists (every restart is a new gateway).
+func passesToShow(all []meta.PassStatus, live map[string]bool) (shown []meta.PassStatus, hidden int) {
+	newestGone := map[string]int{} // kind -> index in all, for kinds no live gateway ran
+	liveKinds := map[string]bool{}
+	for i, p := range all {
+		if live[p.Gateway] {
+			liveKinds[p.Kind] = true
+		} else if j, ok := newestGone[p.Kind]; !ok || p.StartedAt.After(all[j].StartedAt) {
+			newestGone[p.Kind] = i
+		}
+	}
+	for i, p := range all {
+		if live[p.Gateway] || !liveKinds[p.Kind] && newestGone[p.Kind] == i {
+			shown = append(shown, p)
+		} else {
+			hidden++
+		}
+	}
+	return shown, hidden
 }
