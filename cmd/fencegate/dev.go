@@ -160,6 +160,10 @@ func devRun(ctx context.Context, args []string) error {
 		return err
 	}
 	defer unlock()
+	if pid := stack.DirHolder(filepath.Join(dir, "cluster")); pid != 0 {
+		fmt.Fprintf(os.Stderr, "note: fencegate dev cluster (pid %d) also serves from %s and goes on serving; %s will name this stack, also after it stops\n",
+			pid, dir, filepath.Join(dir, "env"))
+	}
 	statePath := filepath.Join(dir, "state.json")
 	st, err := loadDevState(statePath)
 	if err != nil {

@@ -50,6 +50,10 @@ func devCluster(ctx context.Context, args []string) error {
 		return err
 	}
 	defer unlock()
+	if pid := stack.DirHolder(dir); pid != 0 {
+		fmt.Fprintf(os.Stderr, "note: fencegate dev run (pid %d) also serves from %s and goes on serving; %s will name this cluster, also after it stops (`make run` again writes its own)\n",
+			pid, dir, filepath.Join(dir, "env"))
+	}
 	statePath := filepath.Join(data, "state.json")
 	st, err := loadDevState(statePath)
 	if err != nil {

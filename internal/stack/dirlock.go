@@ -51,3 +51,22 @@ func heldError(dir, what, env, pid string) error {
 		"or stop it first (Ctrl-C where it runs, or kill -INT %s), or give this one its own --dir",
 		what, pid, dir, env, pid)
 }
+
+// DirHolder is the pid of the live process holding dir (LockDir), or 0. It
+// reads the lock file and asks the kernel whether that process is alive and
+// a fencegate; it takes no lock, so it never stands in a starting stack's way.
+func DirHolder(dir string) int {
+	b, err := os.ReadFile(filepath.Join(dir, "lock"))
+	if err != nil {
+		return 0
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil || pid <= 0 || pid == os.Getpid() {
+		return 0
+	}
+	cmdline, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "cmdline"))
+	if err != nil || !strings.Contains(string(cmdline), "fencegate") {
+		return 0
+	}
+	return pid
+}
