@@ -67,10 +67,13 @@ type Config struct {
 }
 
 // The key space: a few keys per bucket so that writers meet constantly, and
-// a bucket of copy sources that never change.
+// a bucket of copy sources that never change. One key is spelled the hard
+// way: a space, '+' and '%' (encoded apart in paths, queries and events) and
+// U+0001, which an XML listing without encoding-type=url cannot name; the
+// audits and the notifications must name it all the same.
 var (
 	campaignBuckets = []string{"chaos-a", "chaos-b", "chaos-c"}
-	campaignKeys    = []string{"k0", "k1", "k2", "dir/k3"}
+	campaignKeys    = []string{"k0", "k1", "k2", "dir/k3", "k4 +%\x01"}
 	sourceBucket    = "chaos-src"
 	badInputBucket  = "chaos-bad"
 )
