@@ -367,11 +367,21 @@ func (w *worker) delete(cl *s3.Client, gi int, bucket, key string) {
 
 // deleteObjects deletes two keys of a bucket in one request: each entry is an
 // operation of its own, with the request's times. DeleteObjects answers no
-// generation per key.
+// generation per key. A key XML 1.0 cannot carry is deleted on its own
+// instead: the SDK writes U+FFFD for its control character, so the request
+// would name another key (S3 itself could not be told it).
 func (w *worker) deleteObjects(cl *s3.Client, gi int, bucket, a, b string) {
-	keys := []string{a}
-	if b != a {
-		keys = append(keys, b)
+	var keys []string
+	for _, k := range []string{a, b} {
+		switch {
+		case !xmlCarries(k):
+			w.delete(cl, gi, bucket, k)
+		case len(keys) == 0 || keys[0] != k:
+			keys = append(keys, k)
+		}
+	}
+	if len(keys) == 0 {
+		return
 	}
 	start := w.c.rec.now()
 	ctx, cancel := reqCtx()
@@ -386,6 +396,11 @@ func (w *worker) deleteObjects(cl *s3.Client, gi int, bucket, a, b string) {
 		op := history.Op{ID: w.c.rec.next.Add(1), Client: w.id, Gateway: gi, Key: bucket + "/" + k, Kind: history.Delete, Invoke: start}
 		writeOutcome(&op, err)
 		op.Detail = "DeleteObjects " + op.Detail
+		if err == nil {
+			// An entry the answer names neither deleted nor refused has
+			// an outcome nobody told.
+			op.Outcome, op.Detail = history.Unknown, "DeleteObjects: the answer does not name the key"
+		}
 		perKey[k] = op
 	}
 	if err == nil {
@@ -404,6 +419,17 @@ func (w *worker) deleteObjects(cl *s3.Client, gi int, bucket, a, b string) {
 	for _, k := range keys {
 		w.finish(perKey[k])
 	}
+}
+
+// xmlCarries reports whether every character of s is one XML 1.0 allows
+// (tab, newline, return, U+0020-U+D7FF, U+E000-U+FFFD, above U+FFFF).
+func xmlCarries(s string) bool {
+	for _, r := range s {
+		if r < 0x20 && r != '\t' && r != '\n' && r != '\r' || r > 0xD7FF && r < 0xE000 || r == 0xFFFE || r == 0xFFFF {
+			return false
+		}
+	}
+	return true
 }
 
 // entryOutcome classifies a DeleteObjects entry's error code.
