@@ -41,7 +41,12 @@ func (c *Campaign) cutPut(rng *rand.Rand) {
 	defer func() { c.rec.finish(op) }()
 	op.Outcome, op.Detail = history.Unknown, "client went away mid-body"
 
-	u, _ := url.Parse(base + "/" + bucket + "/" + key)
+	u, err := url.Parse(base)
+	if err != nil {
+		op.Outcome, op.Detail = history.Failed, "gateway URL: "+err.Error()
+		return
+	}
+	u.Path = "/" + bucket + "/" + key // escaped as a client would (the key has '%', ' ' and U+0001)
 	req, _ := http.NewRequest(http.MethodPut, u.String(), nil)
 	req.ContentLength = int64(len(body))
 	req.Header.Set("Content-Length", strconv.Itoa(len(body)))
