@@ -32,8 +32,7 @@ const maxResultBody = 1 << 20
 func readResult(resp *http.Response) ([]byte, *apiError) {
 	body, err := io.ReadAll(io.LimitReader(resp.Body, maxResultBody))
 	resp.Body.Close()
-	resp.Body = io.NopCloser(bytes.NewReader(body))
-	resp.ContentLength = int64(len(body))
+	setAnswer(resp, body)
 	if err != nil {
 		return nil, errStoreUnreached
 	}
@@ -237,9 +236,7 @@ func (s *Server) completeUpload(ctx *fasthttp.RequestCtx, r *request) *apiError 
 			if e != nil {
 				return lease.Landed{}, e
 			}
-			// The store's Location names the store.
-			answer := withElement(body, "Location", s.objectURL(ctx, r))
-			resp.Body, resp.ContentLength = io.NopCloser(bytes.NewReader(answer)), int64(len(answer))
+			setAnswer(resp, withElement(body, "Location", s.objectURL(ctx, r))) // the store's names the store
 			ent := lease.Landed{ETag: store.TrimETag(xmlElement(body, "ETag")), Size: -1}
 			// The answer has no size: ask the store (outside any transaction).
 			hctx, cancel := context.WithTimeout(context.Background(), store.HeadTimeout)

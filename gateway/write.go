@@ -224,8 +224,12 @@ func (s *Server) keyedWrite(ctx *fasthttp.RequestCtx, r *request, u *upstream, w
 func keepAnswer(resp *http.Response) {
 	b, _ := io.ReadAll(io.LimitReader(resp.Body, maxPeekedError))
 	resp.Body.Close()
-	resp.Body = io.NopCloser(bytes.NewReader(b))
-	resp.ContentLength = int64(len(b))
+	setAnswer(resp, b)
+}
+
+// setAnswer makes b the body of resp, to be relayed in place of the store's.
+func setAnswer(resp *http.Response, b []byte) {
+	resp.Body, resp.ContentLength = io.NopCloser(bytes.NewReader(b)), int64(len(b))
 }
 
 // setFence conditions the write on the state the key was settled at (W3).
