@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"io"
 	"net/http"
 	"net/url"
@@ -14,6 +15,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 
 	"github.com/fencegate/fencegate/gateway"
+	"github.com/fencegate/fencegate/gateway/reservations"
 	"github.com/fencegate/fencegate/internal/stack"
 	"github.com/fencegate/fencegate/internal/testenv"
 )
@@ -94,6 +96,18 @@ func TestTrustedProxies(t *testing.T) {
 		map[string]string{"X-Forwarded-Host": vhost})
 	if resp.StatusCode != 200 || string(body) != "via proxy" {
 		t.Fatalf("virtual-hosted GET through a trusted proxy: %d %q", resp.StatusCode, body)
+	}
+	// The reservation API's presigned URL names the endpoint the client
+	// reached: the proxy's scheme and host (before: the scheme was the
+	// gateway's own listener's, http behind a proxy that ends TLS).
+	resp, body = signedFor(t, ep, publicHost, "fencegate.internal:9000", "POST", reservations.APIPath,
+		[]byte(`{"bucket":"`+bucket+`","key":"reserved-behind-proxy","size":5}`),
+		map[string]string{"X-Forwarded-Host": publicHost, "X-Forwarded-Proto": "https", "Content-Type": "application/json"})
+	var res struct {
+		PutURL string `json:"put_url"`
+	}
+	if resp.StatusCode/100 != 2 || json.Unmarshal(body, &res) != nil || !strings.HasPrefix(res.PutURL, "https://"+publicHost+"/") {
+		t.Fatalf("reservation created through a trusted proxy that ends TLS: %d, put_url %q, want https://%s/...\n%s", resp.StatusCode, res.PutURL, publicHost, body)
 	}
 	// A forged host the client did not sign: refused.
 	resp, body = signedFor(t, ep, publicHost, "", "GET", path, nil, map[string]string{"X-Forwarded-Host": "other.example"})

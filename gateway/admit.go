@@ -41,6 +41,10 @@ type request struct {
 	// client is the client's address as a trusted proxy gave it ("" when
 	// the connection's peer is the client).
 	client string
+	// host and scheme are how the client reached the gateway: the Host it
+	// signed and "http" or "https" (a trusted proxy's word for both). The
+	// URLs fencegate hands back start with them (clientEndpoint).
+	host, scheme string
 	// reservation is the upload reservation a PutObject writes under
 	// ("" for none; reserve.go).
 	reservation string
@@ -112,6 +116,13 @@ func (s *Server) admit(ctx *fasthttp.RequestCtx) (*request, *apiError) {
 	var a stringArena
 	a.grow(len(signedHost) + len(uri.PathOriginal()) + len(uri.QueryString()) + headerBytes(h, ctx.QueryArgs()))
 	host, rawPath := a.add(signedHost), a.add(uri.PathOriginal())
+	r.host, r.scheme = host, fwd.proto
+	if r.scheme == "" {
+		r.scheme = "http"
+		if ctx.IsTLS() {
+			r.scheme = "https"
+		}
+	}
 	bucket, key, ok := route(host, rawPath, s.cfg.Domains)
 	if !ok {
 		return r, errInvalidURI

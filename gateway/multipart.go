@@ -236,7 +236,7 @@ func (s *Server) completeUpload(ctx *fasthttp.RequestCtx, r *request) *apiError 
 			if e != nil {
 				return lease.Landed{}, e
 			}
-			setAnswer(resp, withElement(body, "Location", s.objectURL(ctx, r))) // the store's names the store
+			setAnswer(resp, withElement(body, "Location", s.objectURL(r))) // the store's names the store
 			ent := lease.Landed{ETag: store.TrimETag(xmlElement(body, "ETag")), Size: -1}
 			// The answer has no size: ask the store (outside any transaction).
 			hctx, cancel := context.WithTimeout(context.Background(), store.HeadTimeout)
@@ -274,7 +274,7 @@ func (s *Server) completedAlready(ctx *fasthttp.RequestCtx, r *request, a lease.
 	}
 	var b []byte
 	b = append(b, `<?xml version="1.0" encoding="UTF-8"?>`+"\n"+`<CompleteMultipartUploadResult xmlns="http://s3.amazonaws.com/doc/2006-03-01/"><Location>`...)
-	b = appendXMLEscaped(b, s.objectURL(ctx, r))
+	b = appendXMLEscaped(b, s.objectURL(r))
 	b = append(b, "</Location><Bucket>"...)
 	b = appendXMLEscaped(b, r.bucket)
 	b = append(b, "</Bucket><Key>"...)

@@ -401,7 +401,7 @@ func (s *Server) postAnswer(ctx *fasthttp.RequestCtx, r *request, post *sigv4.Po
 	if gen > 0 {
 		h.Set(generationHeader, strconv.FormatInt(gen, 10))
 	}
-	location := s.objectURL(ctx, r)
+	location := s.objectURL(r)
 	h.Set("Location", location)
 	redirect, ok := post.Get("success_action_redirect")
 	if !ok {

@@ -165,22 +165,17 @@ func (s *Server) clientView(ctx *fasthttp.RequestCtx) (host []byte, f forwarded)
 	return host, f
 }
 
-// objectURL is the object's URL as the client addresses the gateway: the
-// scheme and the Host it used (a trusted proxy's word for both), and the
-// bucket in the path unless the host names it. It is the Location of a
-// CompleteMultipartUpload's and a browser form's answer; the store's own
-// would name the store.
-func (s *Server) objectURL(ctx *fasthttp.RequestCtx, r *request) string {
-	host, fwd := s.clientView(ctx)
-	scheme := fwd.proto
-	if scheme == "" {
-		scheme = "http"
-		if ctx.IsTLS() {
-			scheme = "https"
-		}
-	}
-	u := scheme + "://" + string(host) + "/"
-	if virtualHostBucket(stripPort(string(host)), s.cfg.Domains) == "" {
+// clientEndpoint is the scheme and host the client reached the gateway at,
+// as admission found them: the base of the URLs fencegate hands back.
+func clientEndpoint(r *request) string { return r.scheme + "://" + r.host }
+
+// objectURL is the object's URL as the client addresses the gateway: its
+// endpoint, and the bucket in the path unless the host names it. It is the
+// Location of a CompleteMultipartUpload's and a browser form's answer; the
+// store's own would name the store.
+func (s *Server) objectURL(r *request) string {
+	u := clientEndpoint(r) + "/"
+	if virtualHostBucket(stripPort(r.host), s.cfg.Domains) == "" {
 		u += r.bucket + "/"
 	}
 	return u + (&url.URL{Path: r.key}).EscapedPath()

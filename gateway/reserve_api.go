@@ -98,7 +98,7 @@ func (s *Server) reservationRequest(ctx *fasthttp.RequestCtx, r *request) *apiEr
 		if made {
 			s.metrics.reservationsCreated.Inc()
 		}
-		if err := reservations.Presign(&res, s.apiEndpoint(r), apiRegion(r), r.akey.Secret, time.Now()); err != nil {
+		if err := reservations.Presign(&res, clientEndpoint(r), apiRegion(r), r.akey.Secret, time.Now()); err != nil {
 			return s.apiFailure(ctx, r, err)
 		}
 		ctx.SetStatusCode(http.StatusCreated)
@@ -148,16 +148,6 @@ func (s *Server) reservationRequest(ctx *fasthttp.RequestCtx, r *request) *apiEr
 	ctx.SetContentType("application/json")
 	ctx.SetBody(b)
 	return nil
-}
-
-// apiEndpoint is the scheme and host the caller reached the gateway at, for
-// the presigned URL.
-func (s *Server) apiEndpoint(r *request) string {
-	scheme := "http"
-	if s.cfg.TLSCert != "" {
-		scheme = "https"
-	}
-	return scheme + "://" + r.signed.Host
 }
 
 // apiRegion is the region the URL is signed for: the one the caller signed
