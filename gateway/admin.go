@@ -14,21 +14,22 @@ import (
 )
 
 type metrics struct {
-	reg            *prometheus.Registry
-	requests       *prometheus.CounterVec
-	latency        *prometheus.HistogramVec
-	bytesIn        *prometheus.CounterVec
-	bytesOut       *prometheus.CounterVec
-	upstreamErrors *prometheus.CounterVec
-	splicedBytes   prometheus.Counter
-	connsOpen      prometheus.Gauge
-	connsRefused   *prometheus.CounterVec
-	bodyBytes      prometheus.Gauge
-	bodyRefused    prometheus.Counter
-	spoolMemory    prometheus.Gauge
-	spoolDisk      prometheus.Gauge
-	spoolFellBack  prometheus.Counter
-	spoolWaits     prometheus.Counter
+	reg              *prometheus.Registry
+	requests         *prometheus.CounterVec
+	latency          *prometheus.HistogramVec
+	bytesIn          *prometheus.CounterVec
+	bytesOut         *prometheus.CounterVec
+	upstreamErrors   *prometheus.CounterVec
+	splicedBytes     prometheus.Counter
+	connsOpen        prometheus.Gauge
+	connsRefused     *prometheus.CounterVec
+	connsSendStalled prometheus.Counter
+	bodyBytes        prometheus.Gauge
+	bodyRefused      prometheus.Counter
+	spoolMemory      prometheus.Gauge
+	spoolDisk        prometheus.Gauge
+	spoolFellBack    prometheus.Counter
+	spoolWaits       prometheus.Counter
 	// Reservations' moves this gateway made (the sweeper's expiries are
 	// lease's fencegate_reservations_expired_total).
 	reservationsCreated, reservationsCommitted, reservationsCancelled prometheus.Counter
@@ -70,6 +71,9 @@ func newMetrics() *metrics {
 	}, []string{"limit"})
 	m.connsRefused.WithLabelValues("total")
 	m.connsRefused.WithLabelValues("per_ip")
+	m.connsSendStalled = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "fencegate_connections_send_stalled_total", Help: "S3 client connections closed because the client took none of an answer for --send-stall-timeout.",
+	})
 	m.bodyBytes = prometheus.NewGauge(prometheus.GaugeOpts{
 		Name: "fencegate_buffered_body_bytes", Help: "Bytes of small request bodies (XML documents read whole) held now, out of --max-body-memory.",
 	})
@@ -98,7 +102,7 @@ func newMetrics() *metrics {
 		Name: "fencegate_reservations_cancelled_total", Help: "Upload reservations cancelled through this gateway's API.",
 	})
 	reg.MustRegister(m.requests, m.latency, m.bytesIn, m.bytesOut, m.upstreamErrors, m.splicedBytes,
-		m.connsOpen, m.connsRefused, m.bodyBytes, m.bodyRefused, m.spoolMemory, m.spoolDisk, m.spoolFellBack, m.spoolWaits,
+		m.connsOpen, m.connsRefused, m.connsSendStalled, m.bodyBytes, m.bodyRefused, m.spoolMemory, m.spoolDisk, m.spoolFellBack, m.spoolWaits,
 		m.reservationsCreated, m.reservationsCommitted, m.reservationsCancelled)
 	m.series.m = m
 	return m

@@ -20,16 +20,19 @@ import (
 // re-arms the read deadline at the body stall timeout for the up to 8 KiB of
 // body fasthttp reads before the handler runs. Later body reads go through
 // bodyGuard, which sets its own deadline per read, so a steadily flowing upload
-// of any size is never cut.
+// of any size is never cut. Answers are bounded the same way: a client that
+// takes none of one for the send stall timeout is cut off (sendstall.go).
 
 // Defaults for the limits of Config.
 const (
-	defaultHeaderTimeout  = 10 * time.Second
-	defaultIdleTimeout    = 2 * time.Minute
-	defaultMaxConns       = 4096
-	defaultMaxConnsPerIP  = 1024
-	defaultBodyMemory     = 64 << 20
-	defaultBodyMemoryWait = 2 * time.Second
+	defaultHeaderTimeout = 10 * time.Second
+	defaultIdleTimeout   = 2 * time.Minute
+	// defaultSendStallTimeout is nginx's send_timeout (sendstall.go).
+	defaultSendStallTimeout = time.Minute
+	defaultMaxConns         = 4096
+	defaultMaxConnsPerIP    = 1024
+	defaultBodyMemory       = 64 << 20
+	defaultBodyMemoryWait   = 2 * time.Second
 	// refusalAnswerers bounds the goroutines answering refused connections: past
 	// it a refused connection is closed without an answer, which costs nothing.
 	refusalAnswerers = 64
@@ -43,18 +46,21 @@ type connLimiter struct {
 	net.Listener
 	maxTotal, maxPerIP int // <= 0: no bound
 	tls                bool
+	sendStall          time.Duration // each accepted connection's (sendstall.go)
 	mu                 sync.Mutex
 	total              int
 	perIP              map[string]int
 	answering          chan struct{}
 	open               prometheus.Gauge
 	refused            *prometheus.CounterVec
+	sendStalled        prometheus.Counter
 }
 
 func newConnLimiter(ln net.Listener, maxTotal, maxPerIP int, m *metrics) *connLimiter {
 	return &connLimiter{
 		Listener: ln, maxTotal: maxTotal, maxPerIP: maxPerIP, perIP: map[string]int{},
 		answering: make(chan struct{}, refusalAnswerers), open: m.connsOpen, refused: m.connsRefused,
+		sendStalled: m.connsSendStalled,
 	}
 }
 
@@ -79,7 +85,11 @@ func (l *connLimiter) Accept() (net.Conn, error) {
 			continue
 		}
 		if tc, ok := c.(*net.TCPConn); ok {
-			return &clientConn{TCPConn: tc}, nil
+			cc := &clientConn{TCPConn: tc}
+			if l.sendStall > 0 {
+				cc.send = newSendWatch(tc, l.sendStall, l.sendStalled)
+			}
+			return cc, nil
 		}
 		return c, nil
 	}

@@ -33,12 +33,16 @@ const (
 type clientConn struct {
 	*net.TCPConn
 	linger atomic.Bool
+	send   *sendWatch // nil: writes are not bounded (sendstall.go)
 }
 
 // Close closes the connection, after draining it if its last answer asked
 // for that (lingerOnClose). fasthttp calls it from the connection's own
 // goroutine, which the connection limit still counts while it drains.
 func (c *clientConn) Close() error {
+	if c.send != nil {
+		c.send.timer.Stop()
+	}
 	if c.linger.Load() {
 		return drainAndClose(c.TCPConn, lingerBytes, lingerTime)
 	}

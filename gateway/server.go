@@ -39,6 +39,10 @@ type Config struct {
 	// BodyStallTimeout ends a request body that sends nothing for this long
 	// with S3's RequestTimeout.
 	BodyStallTimeout time.Duration
+	// SendStallTimeout closes a client connection whose answer does not move
+	// for this long: each piece of at most sendPiece bytes written to it must
+	// leave within it (limits.go). Negative: no bound.
+	SendStallTimeout time.Duration
 	// KeyPollInterval is how often the access-key version is checked.
 	KeyPollInterval time.Duration
 	// Store is the S3 store behind the gateway, and fencegate's credentials there.
@@ -112,6 +116,9 @@ func (c *Config) applyDefaults() {
 	}
 	if c.BodyStallTimeout == 0 {
 		c.BodyStallTimeout = 20 * time.Second
+	}
+	if c.SendStallTimeout == 0 {
+		c.SendStallTimeout = defaultSendStallTimeout
 	}
 	if c.CORSCacheTTL <= 0 {
 		c.CORSCacheTTL = corsCacheTTL
@@ -258,6 +265,7 @@ func New(ctx context.Context, cfg Config, deps Deps) (*Server, error) {
 	// Below TLS, so a refused connection costs no handshake.
 	s.conns = newConnLimiter(ln, cfg.MaxConns, cfg.MaxConnsPerIP, s.metrics)
 	s.conns.tls = cfg.TLSCert != ""
+	s.conns.sendStall = cfg.SendStallTimeout
 	ln = s.conns
 	if cfg.TLSCert != "" {
 		cert, err := tls.LoadX509KeyPair(cfg.TLSCert, cfg.TLSKey)

@@ -95,6 +95,7 @@ func (c *serveConfig) define(f envFlags) {
 	f.String(&c.TrustedProxies, "trusted-proxies", "FENCEGATE_TRUSTED_PROXIES", "", "comma-separated addresses or CIDRs of reverse proxies whose Forwarded / X-Forwarded-Host, -Proto and -For headers give the Host the client signed, its scheme and its address; from any other address those headers are ignored")
 	f.heading("connections and bodies")
 	f.Duration(&c.BodyStallTimeout, "body-stall-timeout", "FENCEGATE_BODY_STALL_TIMEOUT", 20*time.Second, "a request body that sends nothing for this long ends with RequestTimeout")
+	f.Duration(&c.SendStallTimeout, "send-stall-timeout", "FENCEGATE_SEND_STALL_TIMEOUT", time.Minute, "a client that takes none of an answer for this long (acknowledges no byte of it) has its connection closed (negative: never)")
 	f.Duration(&c.HeaderTimeout, "header-timeout", "FENCEGATE_HEADER_TIMEOUT", 10*time.Second, "a connection must send a request's complete headers within this of its accept (of its first byte on a keep-alive connection), else it is closed")
 	f.Duration(&c.IdleTimeout, "idle-timeout", "FENCEGATE_IDLE_TIMEOUT", 2*time.Minute, "how long a keep-alive connection may wait for its next request")
 	f.Int(&c.MaxConns, "max-conns", "FENCEGATE_MAX_CONNS", 4096, "open S3 client connections at most; one more is answered 503 SlowDown and closed (-1: no limit)")
