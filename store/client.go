@@ -31,12 +31,27 @@ type Config struct {
 	Region    string // "" is us-east-1
 	// InsecureTLS skips certificate checks toward the store (test stores).
 	InsecureTLS bool
+	// AnswerTimeout bounds the wait for the head of the store's answer once
+	// a request has been sent whole (0: DefaultAnswerTimeout; negative: no
+	// bound).
+	AnswerTimeout time.Duration
 }
 
 // AttemptHeader carries fencegate's attempt id on every object it writes, so
 // the bytes at a key can be attributed (docs/DESIGN.md, W1). Clients never see
 // it, and cannot set it.
 const AttemptHeader = "x-amz-meta-fencegate-attempt"
+
+// DefaultAnswerTimeout is how long the store may take to begin its answer to
+// a request sent whole: far longer than any request of a healthy store takes
+// (the slowest, a CopyObject of 5 GiB within the store, needs 45 MB/s), far
+// shorter than for ever.
+const DefaultAnswerTimeout = 2 * time.Minute
+
+// ErrNoAnswer: the store took a request and did not begin its answer within
+// the answer timeout. The request may still be applied: to a write it is a
+// lost answer.
+var ErrNoAnswer = errors.New("the store did not answer")
 
 // HeadTimeout bounds a HEAD a caller makes outside the write protocol's own
 // bounds: a copy's source, a completed upload's size. It is a store call's
@@ -77,12 +92,20 @@ func New(cfg Config) (*Client, error) {
 	if region == "" {
 		region = "us-east-1"
 	}
+	answer := cfg.AnswerTimeout
+	if answer == 0 {
+		answer = DefaultAnswerTimeout
+	}
 	tr := &http.Transport{
 		Proxy:               nil,
 		DialContext:         dialCopyConns((&net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second}).DialContext),
 		MaxIdleConns:        1024,
 		MaxIdleConnsPerHost: 512,
 		IdleConnTimeout:     90 * time.Second,
+		// A store that takes a request and never answers (a hung process, a
+		// network dropping its packets) must not hold the request, its lease
+		// and its client for ever.
+		ResponseHeaderTimeout: max(answer, 0),
 		// The gateway relays bodies byte for byte: no transparent gzip.
 		DisableCompression: true,
 		WriteBufferSize:    256 << 10,
@@ -104,7 +127,7 @@ func New(cfg Config) (*Client, error) {
 		if u.Port() == "" {
 			host = net.JoinHostPort(u.Hostname(), "80")
 		}
-		c.conns = newConnPool(host)
+		c.conns = newConnPool(host, answer)
 	}
 	return c, nil
 }
@@ -152,10 +175,24 @@ func (c *Client) Send(req *http.Request, payloadHash string) (*http.Response, er
 	if err := c.Sign(req, payloadHash); err != nil {
 		return nil, err
 	}
+	return c.send(req)
+}
+
+// send sends a signed or anonymous request on the client's own connections
+// or through the transport; either way a store that does not begin its
+// answer in time is ErrNoAnswer.
+func (c *Client) send(req *http.Request) (*http.Response, error) {
 	if c.conns != nil && carries(req) {
 		return c.conns.roundTrip(req)
 	}
-	return c.transport.RoundTrip(req)
+	resp, err := c.transport.RoundTrip(req)
+	// The transport's ResponseHeaderTimeout error is a net.Error that says
+	// only this in its text.
+	var ne net.Error
+	if err != nil && errors.As(err, &ne) && ne.Timeout() && strings.Contains(err.Error(), "awaiting response headers") {
+		return nil, fmt.Errorf("%w: no answer within %v", ErrNoAnswer, c.transport.ResponseHeaderTimeout)
+	}
+	return resp, err
 }
 
 // Sign signs req for the store with fencegate's own credentials and
@@ -203,10 +240,7 @@ func (c *Client) SendUnsigned(req *http.Request) (*http.Response, error) {
 	req.Header.Del("X-Amz-Content-Sha256")
 	req.Header.Del("X-Amz-Date")
 	req.Header.Del("X-Amz-Security-Token")
-	if c.conns != nil && carries(req) {
-		return c.conns.roundTrip(req)
-	}
-	return c.transport.RoundTrip(req)
+	return c.send(req)
 }
 
 // Ping asks the store for its bucket list with fencegate's credentials: it

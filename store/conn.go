@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"os"
 	"strconv"
 	"sync"
 	"syscall"
@@ -36,14 +37,15 @@ type conn struct {
 type connPool struct {
 	addr   string
 	dialer net.Dialer
+	answer time.Duration // the answer timeout (Config.AnswerTimeout); <= 0: none
 	mu     sync.Mutex
 	idle   []*conn
 }
 
 const maxIdleConns = 512
 
-func newConnPool(addr string) *connPool {
-	return &connPool{addr: addr, dialer: net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second}}
+func newConnPool(addr string, answer time.Duration) *connPool {
+	return &connPool{addr: addr, answer: answer, dialer: net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second}}
 }
 
 // get takes an idle connection, or dials one (always, with fresh). With
@@ -140,7 +142,7 @@ func (p *connPool) roundTrip(req *http.Request) (*http.Response, error) {
 		// answer's head included (a hung store must not hold a lease or the
 		// reconciler), and then the body's reads.
 		stop := context.AfterFunc(req.Context(), func() { _ = sc.c.SetDeadline(time.Unix(1, 0)) })
-		resp, err := sc.exchange(req)
+		resp, err := sc.exchange(req, p.answer)
 		if err == nil {
 			b := &Body{c: sc, pool: p, resp: resp, body: resp.Body, stop: stop}
 			if resp.Body == http.NoBody {
@@ -160,7 +162,9 @@ func (p *connPool) roundTrip(req *http.Request) (*http.Response, error) {
 	}
 }
 
-func (sc *conn) exchange(req *http.Request) (*http.Response, error) {
+// exchange sends req and reads the head of the answer, which must begin
+// within answer of the request's last byte (<= 0: no bound).
+func (sc *conn) exchange(req *http.Request, answer time.Duration) (*http.Response, error) {
 	if !bodiless(req) {
 		if err := sc.writeWithBody(req); err != nil {
 			return nil, err
@@ -173,7 +177,21 @@ func (sc *conn) exchange(req *http.Request) (*http.Response, error) {
 			return nil, err
 		}
 	}
-	return http.ReadResponse(sc.br, req)
+	if answer <= 0 {
+		return http.ReadResponse(sc.br, req)
+	}
+	_ = sc.c.SetReadDeadline(time.Now().Add(answer))
+	resp, err := http.ReadResponse(sc.br, req)
+	_ = sc.c.SetReadDeadline(time.Time{})
+	if req.Context().Err() != nil {
+		// The context's stop (roundTrip) may have set its deadline just
+		// before the line above took it away.
+		_ = sc.c.SetDeadline(time.Unix(1, 0))
+	}
+	if err != nil && errors.Is(err, os.ErrDeadlineExceeded) && req.Context().Err() == nil {
+		return nil, fmt.Errorf("%w: no answer within %v", ErrNoAnswer, answer)
+	}
+	return resp, err
 }
 
 // writeWithBody writes req's head and its whole body (req.ContentLength

@@ -97,7 +97,7 @@ func TestSmallBodiesTravelOnTheClientsOwnConnections(t *testing.T) {
 // connection, which would fail it with nothing written.
 func TestPutAfterStoreClosedIdleConnections(t *testing.T) {
 	ps := newPutStore(t)
-	p := newConnPool(strings.TrimPrefix(ps.srv.URL, "http://"))
+	p := newConnPool(strings.TrimPrefix(ps.srv.URL, "http://"), 0)
 	if err := ps.put(t, p, []byte("one")); err != nil {
 		t.Fatal(err)
 	}
@@ -131,7 +131,7 @@ func TestPutCutMidExchangeIsSentOnce(t *testing.T) {
 		}
 	}))
 	t.Cleanup(srv.Close)
-	p := newConnPool(strings.TrimPrefix(srv.URL, "http://"))
+	p := newConnPool(strings.TrimPrefix(srv.URL, "http://"), 0)
 	req, _ := http.NewRequestWithContext(context.Background(), http.MethodPut, srv.URL+"/b/k", strings.NewReader("body"))
 	if resp, err := p.roundTrip(req); err == nil {
 		resp.Body.Close()
@@ -147,7 +147,7 @@ func TestPutCutMidExchangeIsSentOnce(t *testing.T) {
 // is written: the store never sees a request framed on a wrong length.
 func TestBodyOfWrongLengthIsNotSent(t *testing.T) {
 	ps := newPutStore(t)
-	p := newConnPool(strings.TrimPrefix(ps.srv.URL, "http://"))
+	p := newConnPool(strings.TrimPrefix(ps.srv.URL, "http://"), 0)
 	for _, tc := range []struct {
 		name string
 		body string
@@ -174,7 +174,7 @@ func TestIdleConnectionOpen(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer ln.Close()
-	p := newConnPool(ln.Addr().String())
+	p := newConnPool(ln.Addr().String(), 0)
 	sc, _, err := p.get(context.Background(), true, false)
 	if err != nil {
 		t.Fatal(err)

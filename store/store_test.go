@@ -242,7 +242,7 @@ func TestGetAfterStoreClosedIdleConnections(t *testing.T) {
 		_, _ = w.Write([]byte("body"))
 	}))
 	t.Cleanup(srv.Close)
-	p := newConnPool(strings.TrimPrefix(srv.URL, "http://"))
+	p := newConnPool(strings.TrimPrefix(srv.URL, "http://"), 0)
 	get := func() error {
 		req, _ := http.NewRequestWithContext(context.Background(), "GET", srv.URL+"/b/k", nil)
 		resp, err := p.roundTrip(req)

@@ -28,6 +28,7 @@ type serveConfig struct {
 	ServerKeyFile  string
 	Region         string
 	Store          storeConfig
+	StoreAnswer    time.Duration
 	Domains        string
 	AnonWrite      string
 	CORSOrigins    string
@@ -83,6 +84,7 @@ func (c *serveConfig) define(f envFlags) {
 	f.Bool(&c.Migrate, "migrate", "FENCEGATE_MIGRATE", false, "apply database migrations at start-up")
 	f.serverKey(&c.ServerKey, &c.ServerKeyFile)
 	f.store(&c.Store)
+	f.Duration(&c.StoreAnswer, "store-answer-timeout", "FENCEGATE_STORE_ANSWER_TIMEOUT", store.DefaultAnswerTimeout, "the store must begin its answer to a request within this of the request's last byte; past it the request is given up as unanswered (a write's outcome is then unknown, settled later) (negative: no bound)")
 	f.String(&c.ProbeBucket, "probe-bucket", "FENCEGATE_PROBE_BUCKET", "fencegate-probe", "bucket where the start-up probe proves the store rejects mismatched conditions (empty skips the probe)")
 	f.Bool(&c.RequireFencing, "require-fencing", "FENCEGATE_REQUIRE_FENCING", false, "refuse to start unless the probe proves every fenced operation and truncation safety")
 	f.heading("requests")
@@ -137,7 +139,8 @@ func (c *serveConfig) defineLease(f envFlags) {
 
 // store is the store flags as the store client's configuration.
 func (c *serveConfig) store() store.Config {
-	return store.Config{Endpoint: c.Store.Endpoint, AccessKey: c.Store.AccessKey, SecretKey: c.Store.SecretKey, Region: c.Store.Region}
+	return store.Config{Endpoint: c.Store.Endpoint, AccessKey: c.Store.AccessKey, SecretKey: c.Store.SecretKey, Region: c.Store.Region,
+		AnswerTimeout: c.StoreAnswer}
 }
 
 // validateLease refuses a zero or negative lease setting: the lease
