@@ -68,11 +68,14 @@ func (w *sendWatch) check() {
 		return
 	}
 	now := time.Now()
-	acked, ok := ackedBytes(w.conn)
+	acked, pending, ok := sendProgress(w.conn)
 	w.mu.Lock()
 	// The first look since writing began compares with a count from before
 	// it: it counts as progress, and the whole timeout is measured from here.
-	if w.fresh.Swap(false) || ok && acked != w.acked {
+	// A client that has taken every byte written to it is not stalled: the
+	// write waits on its source (a body spliced from a store that pauses,
+	// which this watch does not bound).
+	if w.fresh.Swap(false) || ok && (acked != w.acked || !pending) {
 		w.acked, w.lastProgress = acked, now
 	}
 	stalled := now.Sub(w.lastProgress) >= w.timeout

@@ -4,6 +4,6 @@ package gateway
 
 import "net"
 
-// ackedBytes cannot tell elsewhere: a write is then cut only when it has
+// sendProgress cannot tell elsewhere: a write is then cut only when it has
 // lasted a whole send stall timeout.
-func ackedBytes(*net.TCPConn) (uint64, bool) { return 0, false }
+func sendProgress(*net.TCPConn) (acked uint64, pending, ok bool) { return 0, false, false }

@@ -117,3 +117,26 @@ func BenchmarkClientConnWrite(b *testing.B) {
 		})
 	}
 }
+
+// A write that waits on its source (a body spliced from a store that pauses)
+// while the client has taken every byte is not the client's stall: nothing
+// is cut or counted.
+func TestSendWatchSparesAClientWaitingOnTheSource(t *testing.T) {
+	const timeout = 200 * time.Millisecond
+	s, client := tcpPair(t)
+	go func() { _, _ = io.Copy(io.Discard, client) }()
+	stalled := prometheus.NewCounter(prometheus.CounterOpts{Name: "stalled"})
+	c := &clientConn{TCPConn: s, send: newSendWatch(s, timeout, stalled)}
+	if _, err := c.Write([]byte("the head, then the body pauses")); err != nil {
+		t.Fatal(err)
+	}
+	c.send.begin() // as a splice blocked on reading the store
+	time.Sleep(4 * timeout)
+	c.send.end()
+	if got := testutil.ToFloat64(stalled); got != 0 {
+		t.Errorf("stalls counted: %v", got)
+	}
+	if _, err := c.Write([]byte("the rest")); err != nil {
+		t.Errorf("a write after the source's pause: %v", err)
+	}
+}
