@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"math"
 	"regexp"
 	"strings"
 	"time"
@@ -103,7 +104,8 @@ type attemptRecord struct {
 // written, unless it was closed past its horizon (settleFromAttempts). These are the gateways' claims, and the check holds them to it: a
 // value read after its write was declared failed is a violation. Copies,
 // Completes and deletes carry no checksum: one with no attempt of its kind on
-// its key begun while it ran was never sent; otherwise it stays unknown.
+// its key begun while it could (sentUntil) was never sent; otherwise it stays
+// unknown.
 func (c *catalog) settleUnknowns(ctx context.Context, ops []history.Op, start time.Time) (map[string]int, error) {
 	begun, err := c.attemptTimes(ctx, start)
 	if err != nil {
@@ -157,8 +159,8 @@ func (c *catalog) settleUnknowns(ctx context.Context, ops []history.Op, start ti
 			if op.Kind == history.Write {
 				kind = map[bool]string{true: "complete", false: "copy"}[strings.HasPrefix(op.Value, "m")]
 			}
-			op.Settled = "stays unknown: " + kind + " (an attempt of its kind began while it ran)"
-			if !begun.any(op.Key, kind, op.Invoke, op.Return) {
+			op.Settled = "stays unknown: " + kind + " (an attempt of its kind began while it could)"
+			if !begun.any(op.Key, kind, op.Invoke, sentUntil(*op)) {
 				op.Outcome, op.Settled = history.Failed, "no attempt: never sent"
 			}
 			counts[op.Settled]++
@@ -269,6 +271,19 @@ func (c *catalog) attemptTimes(ctx context.Context, start time.Time) (attemptBeg
 		m[b+"/"+k+" "+op] = append(m[b+"/"+k+" "+op], at.Sub(start).Nanoseconds())
 	}
 	return m, rows.Err()
+}
+
+// sentUntil is the last moment an attempt of op can begin: its return if a
+// gateway answered it, else never bounded. A gateway goes on with a request
+// whose client (or the balancer between them) has gone, after a wait for the
+// key's lease, so its attempt may begin after the client's return (seed
+// 1796666188590256824: a copy whose connection the balancer's restart cut
+// landed 0.4 s later).
+func sentUntil(op history.Op) int64 {
+	if op.Answered {
+		return op.Return
+	}
+	return math.MaxInt64 / 2
 }
 
 // any reports an attempt of op on key begun between from and to (with 100 ms

@@ -318,7 +318,7 @@ func (w *worker) multipart(cl *s3.Client, gi int, bucket, key string) {
 	in := &s3.CompleteMultipartUploadInput{Bucket: &bucket, Key: &key, UploadId: up.UploadId,
 		MultipartUpload: &types.CompletedMultipartUpload{Parts: []types.CompletedPart{{ETag: part.ETag, PartNumber: aws.Int32(1)}}}}
 	var details []string
-	sawUnknown := false
+	sawUnknown, allAnswered := false, true
 	for try := 0; try < 3; try++ {
 		out, err := cl.CompleteMultipartUpload(ctx, in)
 		try := op
@@ -327,6 +327,7 @@ func (w *worker) multipart(cl *s3.Client, gi int, bucket, key string) {
 			try.Gen = generationOf(out.ResultMetadata)
 		}
 		writeOutcome(&try, err)
+		allAnswered = allAnswered && try.Answered
 		details = append(details, string(try.Outcome)+" "+try.Detail)
 		if try.Outcome == history.OK {
 			op = try
@@ -349,6 +350,7 @@ func (w *worker) multipart(cl *s3.Client, gi int, bucket, key string) {
 	if sawUnknown {
 		op.Outcome = history.Unknown
 	}
+	op.Answered = allAnswered
 	op.Detail = "complete: " + strings.Join(details, "; ")
 	w.finish(op)
 }
@@ -449,9 +451,11 @@ func entryOutcome(code string) history.Outcome {
 func writeOutcome(op *history.Op, err error) {
 	if err == nil {
 		op.Outcome, op.Detail = history.OK, "ok"
+		op.Answered = op.Gateway != history.Balancer
 		return
 	}
 	status, code := errorStatus(err)
+	op.Answered = status != 0 && op.Gateway != history.Balancer
 	op.Detail = fmt.Sprintf("%d %s", status, code)
 	switch {
 	case status == http.StatusPreconditionFailed:

@@ -73,6 +73,12 @@ type Op struct {
 	// around the gateway), so it takes effect, if at all, while the key's
 	// generation is below it.
 	Before int64 `json:"before,omitempty"`
+	// Answered: a gateway itself answered (an HTTP status, not through the
+	// balancer, whose own 502 or cut connection says nothing of the gateway
+	// behind it). The gateway had then finished with the request: any
+	// attempt of it began before Return. Without an answer the gateway may
+	// go on with the request after the client's return.
+	Answered bool `json:"answered,omitempty"`
 }
 
 // Balancer is the Gateway of an operation sent through the load balancer in
