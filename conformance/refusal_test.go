@@ -285,6 +285,23 @@ func storeHas(t *testing.T, store stack.Endpoint, bucket, key string) bool {
 	return false
 }
 
+// dialGateway opens a raw connection to the gateway at host, over TLS or
+// not, with its socket tuned first (buffer sizes); the test closes it.
+func dialGateway(t *testing.T, host string, overTLS bool, tune func(*net.TCPConn)) net.Conn {
+	t.Helper()
+	raw, err := net.Dial("tcp", host)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tune(raw.(*net.TCPConn))
+	conn := raw
+	if overTLS {
+		conn = tls.Client(raw, &tls.Config{InsecureSkipVerify: true})
+	}
+	t.Cleanup(func() { conn.Close() })
+	return conn
+}
+
 // startRawPut opens a connection and sends the headers of an UNSIGNED-PAYLOAD
 // PUT of size bytes; the caller writes the body (or not).
 func startRawPut(t *testing.T, ep stack.Endpoint, bucket, key string, size int64) net.Conn {
@@ -366,16 +383,7 @@ func earlyRefusalsWhileSending(t *testing.T, overTLS bool) {
 		{"PUT with a wrong signature", putHead.String() + file, 403, "SignatureDoesNotMatch"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			raw, err := net.Dial("tcp", u.Host)
-			if err != nil {
-				t.Fatal(err)
-			}
-			_ = raw.(*net.TCPConn).SetWriteBuffer(64 << 10)
-			conn := raw
-			if overTLS {
-				conn = tls.Client(raw, &tls.Config{InsecureSkipVerify: true})
-			}
-			defer conn.Close()
+			conn := dialGateway(t, u.Host, overTLS, func(c *net.TCPConn) { _ = c.SetWriteBuffer(64 << 10) })
 			_ = conn.SetDeadline(time.Now().Add(20 * time.Second))
 			if _, err := io.WriteString(conn, c.request); err != nil {
 				t.Fatalf("sending the whole request: %v (the gateway reset the connection instead of reading to its end)", err)

@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"bytes"
 	"context"
-	"crypto/tls"
 	"io"
 	"net"
 	"net/http"
@@ -53,16 +52,7 @@ func readerStalls(t *testing.T, overTLS bool) {
 	// megabytes (docs/OPERATING.md, Limits).
 	get := func() (net.Conn, *http.Response) {
 		t.Helper()
-		raw, err := net.Dial("tcp", u.Host)
-		if err != nil {
-			t.Fatal(err)
-		}
-		_ = raw.(*net.TCPConn).SetReadBuffer(256 << 10)
-		conn := raw
-		if overTLS {
-			conn = tls.Client(raw, &tls.Config{InsecureSkipVerify: true})
-		}
-		t.Cleanup(func() { conn.Close() })
+		conn := dialGateway(t, u.Host, overTLS, func(c *net.TCPConn) { _ = c.SetReadBuffer(256 << 10) })
 		if _, err := conn.Write(rawSignedHead(t, g.Endpoint, "GET", "/"+bucket+"/"+key, 0, nil)); err != nil {
 			t.Fatal(err)
 		}

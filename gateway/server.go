@@ -39,9 +39,9 @@ type Config struct {
 	// BodyStallTimeout ends a request body that sends nothing for this long
 	// with S3's RequestTimeout.
 	BodyStallTimeout time.Duration
-	// SendStallTimeout closes a client connection whose answer does not move
-	// for this long: each piece of at most sendPiece bytes written to it must
-	// leave within it (limits.go). Negative: no bound.
+	// SendStallTimeout closes a client connection that acknowledges no byte
+	// of an answer being written to it for this long (sendstall.go).
+	// Negative: no bound.
 	SendStallTimeout time.Duration
 	// KeyPollInterval is how often the access-key version is checked.
 	KeyPollInterval time.Duration

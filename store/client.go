@@ -53,6 +53,11 @@ const DefaultAnswerTimeout = 2 * time.Minute
 // lost answer.
 var ErrNoAnswer = errors.New("the store did not answer")
 
+// noAnswerWithin is ErrNoAnswer for a request given up after d.
+func noAnswerWithin(d time.Duration) error {
+	return fmt.Errorf("%w: no answer within %v", ErrNoAnswer, d)
+}
+
 // HeadTimeout bounds a HEAD a caller makes outside the write protocol's own
 // bounds: a copy's source, a completed upload's size. It is a store call's
 // bound, not a database call's.
@@ -190,7 +195,7 @@ func (c *Client) send(req *http.Request) (*http.Response, error) {
 	// only this in its text.
 	var ne net.Error
 	if err != nil && errors.As(err, &ne) && ne.Timeout() && strings.Contains(err.Error(), "awaiting response headers") {
-		return nil, fmt.Errorf("%w: no answer within %v", ErrNoAnswer, c.transport.ResponseHeaderTimeout)
+		return nil, noAnswerWithin(c.transport.ResponseHeaderTimeout)
 	}
 	return resp, err
 }

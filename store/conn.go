@@ -188,8 +188,8 @@ func (sc *conn) exchange(req *http.Request, answer time.Duration) (*http.Respons
 		// before the line above took it away.
 		_ = sc.c.SetDeadline(time.Unix(1, 0))
 	}
-	if err != nil && errors.Is(err, os.ErrDeadlineExceeded) && req.Context().Err() == nil {
-		return nil, fmt.Errorf("%w: no answer within %v", ErrNoAnswer, answer)
+	if errors.Is(err, os.ErrDeadlineExceeded) && req.Context().Err() == nil {
+		return nil, noAnswerWithin(answer)
 	}
 	return resp, err
 }
