@@ -92,6 +92,8 @@ const (
 	kindHoldResponse
 	kindDelay
 	kindWatch
+	kindStallRequestBody
+	kindStallResponseBody
 )
 
 type rule struct {
@@ -104,6 +106,7 @@ type rule struct {
 	events chan Event
 	held   *Held
 	starts chan Event // kindWatch: told when a request arrives
+	after  int64      // the stall kinds: bytes of the body passed before the stall
 }
 
 // NewHTTP starts a proxy on 127.0.0.1:0 in front of target, an http:// URL
@@ -216,6 +219,28 @@ func (p *HTTP) Watch(m Match, times int) Watched {
 	r := &rule{match: m, left: times, kind: kindWatch, events: make(chan Event, eventBuffer(times)), starts: make(chan Event, eventBuffer(times))}
 	p.add(r)
 	return Watched{Started: r.starts, Done: r.events}
+}
+
+// StallRequestBody forwards matching requests, but stops reading a request's
+// body after its first after bytes (a store that stops taking a request: its
+// sender's writes block once the sockets' buffers are full) and signals
+// Arrived; Release reads on, Drop or Fail aborts the request (the store sees
+// it cut off, the client a reset). See [Held].
+func (p *HTTP) StallRequestBody(m Match, times int, after int64) *Held {
+	h := newHeld(times, p.ctx.Done())
+	p.add(&rule{match: m, left: times, kind: kindStallRequestBody, held: h, after: after})
+	return h
+}
+
+// StallResponseBody forwards matching requests and relays the store's answer,
+// but stops after the first after bytes of its body (a store that pauses
+// mid-answer: the client waits for bytes that do not come) and signals
+// Arrived with the store's status; Release relays the rest, Drop or Fail
+// aborts the client's connection. See [Held].
+func (p *HTTP) StallResponseBody(m Match, times int, after int64) *Held {
+	h := newHeld(times, p.ctx.Done())
+	p.add(&rule{match: m, left: times, kind: kindStallResponseBody, held: h, after: after})
+	return h
 }
 
 // Delay waits d before forwarding matching requests (before reading any of
@@ -347,7 +372,51 @@ func (p *HTTP) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			up.close()
 			abort(w)
 		}
+	case kindStallRequestBody:
+		defer rl.held.end()
+		r.Body = &stallingBody{ReadCloser: r.Body, left: rl.after, held: rl.held, ev: ev}
+		p.forward(w, r)
+	case kindStallResponseBody:
+		defer rl.held.end()
+		up, err := p.roundTrip(r)
+		if err != nil {
+			abort(w)
+			return
+		}
+		defer up.close()
+		ev.Status = up.resp.StatusCode
+		up.resp.Body = &stallingBody{ReadCloser: up.resp.Body, left: rl.after, held: rl.held, ev: ev}
+		relay(w, up.resp)
 	}
+}
+
+// stallingBody passes the first left bytes of a body, then waits for the
+// held rule's decision: read on (Release), or fail (anything else).
+type stallingBody struct {
+	io.ReadCloser
+	left    int64
+	held    *Held
+	ev      Event
+	decided bool
+}
+
+var errStallDropped = errors.New("faultproxy: the stalled body was dropped")
+
+func (b *stallingBody) Read(p []byte) (int, error) {
+	if !b.decided && b.left == 0 {
+		b.decided = true
+		if d := b.held.arrive(b.ev); d.kind != decRelease {
+			return 0, errStallDropped
+		}
+	}
+	if !b.decided && int64(len(p)) > b.left {
+		p = p[:b.left]
+	}
+	n, err := b.ReadCloser.Read(p)
+	if !b.decided {
+		b.left -= int64(n)
+	}
+	return n, err
 }
 
 // forward passes the request through to the store and relays the response.
