@@ -10,6 +10,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/valyala/fasthttp"
 	"golang.org/x/sync/semaphore"
+
+	"github.com/fencegate/fencegate/internal/tcpwatch"
 )
 
 // What a client can make the gateway hold is bounded here: open connections
@@ -87,7 +89,7 @@ func (l *connLimiter) Accept() (net.Conn, error) {
 		if tc, ok := c.(*net.TCPConn); ok {
 			cc := &clientConn{TCPConn: tc}
 			if l.sendStall > 0 {
-				cc.send = newSendWatch(tc, l.sendStall, l.sendStalled)
+				cc.send = tcpwatch.Sending(tc, l.sendStall, l.sendStalled.Inc)
 			}
 			return cc, nil
 		}

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/valyala/fasthttp"
+
+	"github.com/fencegate/fencegate/internal/tcpwatch"
 )
 
 // A connection the gateway closes while its client is still sending (a
@@ -33,16 +35,14 @@ const (
 type clientConn struct {
 	*net.TCPConn
 	linger atomic.Bool
-	send   *sendWatch // nil: writes are not bounded (sendstall.go)
+	send   *tcpwatch.Watch // nil: writes are not bounded (sendstall.go)
 }
 
 // Close closes the connection, after draining it if its last answer asked
 // for that (lingerOnClose). fasthttp calls it from the connection's own
 // goroutine, which the connection limit still counts while it drains.
 func (c *clientConn) Close() error {
-	if c.send != nil {
-		c.send.timer.Stop()
-	}
+	c.send.Stop()
 	if c.linger.Load() {
 		return drainAndClose(c.TCPConn, lingerBytes, lingerTime)
 	}

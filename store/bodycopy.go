@@ -5,6 +5,9 @@ import (
 	"io"
 	"net"
 	"sync"
+	"time"
+
+	"github.com/fencegate/fencegate/internal/tcpwatch"
 )
 
 // The transport writes a request body to its connection with the
@@ -23,16 +26,27 @@ const bodyCopyBufferSize = 128 << 10
 var bodyCopyBuffers = sync.Pool{New: func() any { b := make([]byte, bodyCopyBufferSize); return &b }}
 
 // copyConn is one of the transport's TCP connections to the store, with the
-// pooled ReadFrom; every other method is the TCP connection's own.
+// pooled ReadFrom, and its writes bounded: a store that takes nothing more of
+// a request body for the answer timeout is cut off (nil: no bound). Every
+// other method is the TCP connection's own.
 type copyConn struct {
 	*net.TCPConn
-	w io.Writer // the connection as a plain writer, made once
+	w       io.Writer // the connection as a plain writer, made once
+	sending *tcpwatch.Watch
 }
 
 // writerOnly hides the connection's ReadFrom from io.CopyBuffer.
-type writerOnly struct{ c *net.TCPConn }
+type writerOnly struct{ c *copyConn }
 
 func (w writerOnly) Write(p []byte) (int, error) { return w.c.Write(p) }
+
+func (c *copyConn) Write(p []byte) (int, error) {
+	if err := c.sending.Start(); err != nil {
+		return 0, err
+	}
+	defer c.sending.End()
+	return c.TCPConn.Write(p)
+}
 
 func (c *copyConn) ReadFrom(r io.Reader) (int64, error) {
 	bp := bodyCopyBuffers.Get().(*[]byte)
@@ -40,12 +54,23 @@ func (c *copyConn) ReadFrom(r io.Reader) (int64, error) {
 	return io.CopyBuffer(c.w, r, *bp)
 }
 
-// dialCopyConns wraps dial's TCP connections as copyConns.
-func dialCopyConns(dial func(ctx context.Context, network, addr string) (net.Conn, error)) func(ctx context.Context, network, addr string) (net.Conn, error) {
+func (c *copyConn) Close() error {
+	c.sending.Stop()
+	return c.TCPConn.Close()
+}
+
+// dialCopyConns wraps dial's TCP connections as copyConns, their writes
+// bounded by answer (<= 0: no bound).
+func dialCopyConns(dial func(ctx context.Context, network, addr string) (net.Conn, error), answer time.Duration) func(ctx context.Context, network, addr string) (net.Conn, error) {
 	return func(ctx context.Context, network, addr string) (net.Conn, error) {
 		c, err := dial(ctx, network, addr)
 		if tc, ok := c.(*net.TCPConn); ok && err == nil {
-			return &copyConn{TCPConn: tc, w: writerOnly{tc}}, nil
+			cc := &copyConn{TCPConn: tc}
+			cc.w = writerOnly{cc}
+			if answer > 0 {
+				cc.sending = tcpwatch.Sending(tc, answer, nil)
+			}
+			return cc, nil
 		}
 		return c, err
 	}

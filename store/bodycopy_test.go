@@ -10,6 +10,7 @@ import (
 	"net/http/httptest"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/fencegate/fencegate/sigv4"
 )
@@ -75,7 +76,7 @@ func TestCopyConnReadFromAllocatesNothing(t *testing.T) {
 			s.Close()
 		}
 	}()
-	c, err := dialCopyConns((&net.Dialer{}).DialContext)(context.Background(), "tcp", ln.Addr().String())
+	c, err := dialCopyConns((&net.Dialer{}).DialContext, time.Minute)(context.Background(), "tcp", ln.Addr().String())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -16,6 +16,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"os"
 	"strings"
 	"time"
 
@@ -32,8 +33,10 @@ type Config struct {
 	// InsecureTLS skips certificate checks toward the store (test stores).
 	InsecureTLS bool
 	// AnswerTimeout bounds the wait for the head of the store's answer once
-	// a request has been sent whole (0: DefaultAnswerTimeout; negative: no
-	// bound).
+	// a request has been sent whole, and how long the store may stop in the
+	// middle of an exchange: take nothing more of a request that is being
+	// sent, or send nothing more of an answer's body that is being read
+	// (internal/tcpwatch) (0: DefaultAnswerTimeout; negative: no bound).
 	AnswerTimeout time.Duration
 }
 
@@ -49,9 +52,16 @@ const AttemptHeader = "x-amz-meta-fencegate-attempt"
 const DefaultAnswerTimeout = 2 * time.Minute
 
 // ErrNoAnswer: the store took a request and did not begin its answer within
-// the answer timeout. The request may still be applied: to a write it is a
-// lost answer.
+// the answer timeout, or stopped in the middle of the exchange for as long.
+// A request sent whole may still be applied: to a write it is a lost answer.
 var ErrNoAnswer = errors.New("the store did not answer")
+
+// stalledWithin is ErrNoAnswer for an exchange the store stopped in the
+// middle of for d: it took nothing more of the request, or sent nothing more
+// of its answer.
+func stalledWithin(what string, d time.Duration) error {
+	return fmt.Errorf("%w: it %s for %v", ErrNoAnswer, what, d)
+}
 
 // noAnswerWithin is ErrNoAnswer for a request given up after d.
 func noAnswerWithin(d time.Duration) error {
@@ -103,7 +113,7 @@ func New(cfg Config) (*Client, error) {
 	}
 	tr := &http.Transport{
 		Proxy:               nil,
-		DialContext:         dialCopyConns((&net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second}).DialContext),
+		DialContext:         dialCopyConns((&net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second}).DialContext, answer),
 		MaxIdleConns:        1024,
 		MaxIdleConnsPerHost: 512,
 		IdleConnTimeout:     90 * time.Second,
@@ -196,6 +206,11 @@ func (c *Client) send(req *http.Request) (*http.Response, error) {
 	var ne net.Error
 	if err != nil && errors.As(err, &ne) && ne.Timeout() && strings.Contains(err.Error(), "awaiting response headers") {
 		return nil, noAnswerWithin(c.transport.ResponseHeaderTimeout)
+	}
+	// The transport sets no deadline of its own: this one is a copyConn's
+	// watch cutting a body the store stopped taking.
+	if err != nil && errors.Is(err, os.ErrDeadlineExceeded) && req.Context().Err() == nil {
+		return nil, stalledWithin("took nothing more of the request", c.transport.ResponseHeaderTimeout)
 	}
 	return resp, err
 }

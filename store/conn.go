@@ -14,6 +14,8 @@ import (
 	"syscall"
 	"time"
 	"unsafe"
+
+	"github.com/fencegate/fencegate/internal/tcpwatch"
 )
 
 // GET and HEAD answers travel over the client's own HTTP/1.1 connections to
@@ -31,6 +33,18 @@ type conn struct {
 	c  *net.TCPConn
 	br *bufio.Reader
 	bw *bufio.Writer
+	// sending and receiving bound how long the store may take nothing more of
+	// a request, or send nothing more of an answer's body, once it has begun:
+	// the answer timeout again (nil: no bound). The wait for the answer's head
+	// has its own deadline (exchange).
+	sending, receiving *tcpwatch.Watch
+}
+
+// close closes the connection and disarms its watches.
+func (sc *conn) close() error {
+	sc.sending.Stop()
+	sc.receiving.Stop()
+	return sc.c.Close()
 }
 
 // connPool pools idle connections to one store address.
@@ -66,7 +80,7 @@ func (p *connPool) get(ctx context.Context, fresh, checked bool) (sc *conn, reus
 		if !checked || sc.open() {
 			return sc, true, nil
 		}
-		sc.c.Close()
+		sc.close()
 	}
 	c, err := p.dialer.DialContext(ctx, "tcp", p.addr)
 	if err != nil {
@@ -74,19 +88,24 @@ func (p *connPool) get(ctx context.Context, fresh, checked bool) (sc *conn, reus
 	}
 	tc := c.(*net.TCPConn)
 	// A small read buffer: what it holds of a body is copied, the rest spliced.
-	return &conn{c: tc, br: bufio.NewReaderSize(tc, 4<<10), bw: bufio.NewWriterSize(tc, 4<<10)}, false, nil
+	sc = &conn{c: tc, br: bufio.NewReaderSize(tc, 4<<10), bw: bufio.NewWriterSize(tc, 4<<10)}
+	if p.answer > 0 {
+		sc.sending = tcpwatch.Sending(tc, p.answer, nil)
+		sc.receiving = tcpwatch.Receiving(tc, p.answer, nil)
+	}
+	return sc, false, nil
 }
 
 func (p *connPool) put(sc *conn) {
 	_ = sc.c.SetDeadline(time.Time{})
 	p.mu.Lock()
-	if len(p.idle) < maxIdleConns {
+	if len(p.idle) < maxIdleConns && !sc.sending.Cut() && !sc.receiving.Cut() {
 		p.idle = append(p.idle, sc)
 		sc = nil
 	}
 	p.mu.Unlock()
 	if sc != nil {
-		sc.c.Close()
+		sc.close()
 	}
 }
 
@@ -152,7 +171,7 @@ func (p *connPool) roundTrip(req *http.Request) (*http.Response, error) {
 			return resp, nil
 		}
 		stop()
-		sc.c.Close()
+		sc.close()
 		if cerr := req.Context().Err(); cerr != nil {
 			return nil, fmt.Errorf("%w (%w)", cerr, err)
 		}
@@ -165,17 +184,16 @@ func (p *connPool) roundTrip(req *http.Request) (*http.Response, error) {
 // exchange sends req and reads the head of the answer, which must begin
 // within answer of the request's last byte (<= 0: no bound).
 func (sc *conn) exchange(req *http.Request, answer time.Duration) (*http.Response, error) {
-	if !bodiless(req) {
-		if err := sc.writeWithBody(req); err != nil {
-			return nil, err
+	if err := sc.sending.Start(); err != nil {
+		return nil, err
+	}
+	err := sc.writeRequest(req)
+	sc.sending.End()
+	if err != nil {
+		if sc.sending.Cut() {
+			return nil, stalledWithin("took nothing more of the request", answer)
 		}
-	} else {
-		if err := req.Write(sc.bw); err != nil {
-			return nil, err
-		}
-		if err := sc.bw.Flush(); err != nil {
-			return nil, err
-		}
+		return nil, err
 	}
 	if answer <= 0 {
 		return http.ReadResponse(sc.br, req)
@@ -192,6 +210,17 @@ func (sc *conn) exchange(req *http.Request, answer time.Duration) (*http.Respons
 		return nil, noAnswerWithin(answer)
 	}
 	return resp, err
+}
+
+// writeRequest writes req whole.
+func (sc *conn) writeRequest(req *http.Request) error {
+	if !bodiless(req) {
+		return sc.writeWithBody(req)
+	}
+	if err := req.Write(sc.bw); err != nil {
+		return err
+	}
+	return sc.bw.Flush()
 }
 
 // writeWithBody writes req's head and its whole body (req.ContentLength
@@ -322,15 +351,21 @@ type Body struct {
 	err  error // set once the body is over (io.EOF when complete)
 }
 
+var errBodyClosed = errors.New("read on a closed body")
+
 func (b *Body) Read(p []byte) (int, error) {
 	if b.err != nil {
 		return 0, b.err
 	}
-	n, err := b.body.Read(p)
-	if err != nil {
-		b.err = err
+	if err := b.c.receiving.Start(); err != nil {
+		return 0, b.fail(err)
 	}
-	return n, err
+	n, err := b.body.Read(p)
+	b.c.receiving.End()
+	if err != nil {
+		b.fail(err)
+	}
+	return n, b.err
 }
 
 // Close returns the connection when the body was read through and the store
@@ -343,9 +378,13 @@ func (b *Body) Close() error {
 	sc := b.c
 	b.c = nil
 	stopped := b.stop()
-	if stopped && b.err == io.EOF && !b.resp.Close {
+	whole := b.err == io.EOF
+	if b.err == nil {
+		b.err = errBodyClosed
+	}
+	if stopped && whole && !b.resp.Close {
 		b.pool.put(sc)
 		return nil
 	}
-	return sc.c.Close()
+	return sc.close()
 }

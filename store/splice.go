@@ -1,8 +1,10 @@
 package store
 
 import (
+	"errors"
 	"io"
 	"net/http"
+	"os"
 )
 
 // A GetObject body on the client's own connection (conn.go) can reach a
@@ -33,7 +35,11 @@ func (b *Body) SpliceTo(w io.Writer, rf io.ReaderFrom) (written, spliced int64, 
 		return 0, 0, b.fail(err)
 	}
 	_, _ = br.Discard(int(k))
+	if err := b.c.receiving.Start(); err != nil {
+		return k, 0, b.fail(err)
+	}
 	m, err := rf.ReadFrom(io.LimitReader(b.c.c, size-k))
+	b.c.receiving.End()
 	if err == nil && m < size-k {
 		err = io.ErrUnexpectedEOF
 	}
@@ -44,7 +50,11 @@ func (b *Body) SpliceTo(w io.Writer, rf io.ReaderFrom) (written, spliced int64, 
 	return k + m, m, nil
 }
 
+// fail ends the body with err; a read the store's silence cut says so.
 func (b *Body) fail(err error) error {
+	if errors.Is(err, os.ErrDeadlineExceeded) && b.c.receiving.Cut() {
+		err = stalledWithin("sent nothing more of its answer", b.pool.answer)
+	}
 	b.err = err
 	return err
 }

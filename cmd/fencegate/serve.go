@@ -84,7 +84,7 @@ func (c *serveConfig) define(f envFlags) {
 	f.Bool(&c.Migrate, "migrate", "FENCEGATE_MIGRATE", false, "apply database migrations at start-up")
 	f.serverKey(&c.ServerKey, &c.ServerKeyFile)
 	f.store(&c.Store)
-	f.Duration(&c.StoreAnswer, "store-answer-timeout", "FENCEGATE_STORE_ANSWER_TIMEOUT", store.DefaultAnswerTimeout, "the store must begin its answer to a request within this of the request's last byte; past it the request is given up as unanswered (a write's outcome is then unknown, settled later) (negative: no bound)")
+	f.Duration(&c.StoreAnswer, "store-answer-timeout", "FENCEGATE_STORE_ANSWER_TIMEOUT", store.DefaultAnswerTimeout, "the store must begin its answer to a request within this of the request's last byte, and may not stop taking a request's body or sending an answer's for longer; past it the request is given up (a write sent whole then has an unknown outcome, settled later) (negative: no bound)")
 	f.String(&c.ProbeBucket, "probe-bucket", "FENCEGATE_PROBE_BUCKET", "fencegate-probe", "bucket where the start-up probe proves the store rejects mismatched conditions (empty skips the probe)")
 	f.Bool(&c.RequireFencing, "require-fencing", "FENCEGATE_REQUIRE_FENCING", false, "refuse to start unless the probe proves every fenced operation and truncation safety")
 	f.heading("requests")
