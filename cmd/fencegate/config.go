@@ -127,6 +127,15 @@ func (f envFlags) alias(name, oldName, oldEnv string) {
 	f.hidden[oldName] = true
 }
 
+// given reports whether flag name was set on the command line or by its
+// variable, not left at the code's default.
+func (f envFlags) given(name string) bool {
+	set := false
+	f.Visit(func(fl *flag.Flag) { set = set || fl.Name == name })
+	_, inEnv := os.LookupEnv(strings.TrimPrefix(f.env[name], "$"))
+	return set || inEnv
+}
+
 // require makes Parse refuse an empty flag, naming the flag and its variables.
 func (f envFlags) require(names ...string) {
 	for _, n := range names {

@@ -13,9 +13,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/fencegate/fencegate/gateway"
 	"github.com/fencegate/fencegate/internal/stack"
-	"github.com/fencegate/fencegate/lease"
 	"github.com/fencegate/fencegate/meta"
 )
 
@@ -36,6 +34,8 @@ const devRunUsage = `usage: fencegate dev run [flags]
 PostgreSQL, SeaweedFS and the gateway on this machine (behind make run). The
 env file it writes sets what every fencegate command needs for this stack:
 source it, and audit, status, keys, catalog import and migrate need no flag.
+The gateway takes every setting of fencegate serve, as a flag or a FENCEGATE_*
+variable, but the database, the server key and the store: the stack's own.
 `
 
 func cmdDev(ctx context.Context, args []string) error {
@@ -139,8 +139,11 @@ func devRun(ctx context.Context, args []string) error {
 	f := newFlags("dev run", devRunUsage)
 	var dir string
 	f.String(&dir, "dir", "FENCEGATE_DEV_DIR", ".fencegate", "folder for the stack's data, state and env file")
-	var logLevel string
-	f.String(&logLevel, "log-level", "FENCEGATE_LOG_LEVEL", "info", "gateway log level")
+	var cfg serveConfig
+	cfg.defineFlags(f, false)
+	for name, def := range devDefaults {
+		f.defaults[name] = def // as -h and docs/FLAGS.md show them
+	}
 	if err := f.Parse(args); err != nil {
 		return err
 	}
@@ -193,22 +196,7 @@ func devRun(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	cfg := serveConfig{
-		Config:      gatewayConfig(st),
-		DatabaseURL: dbURL, ServerKey: st.ServerKey, Region: "", Domains: "localhost",
-		Store:    storeConfig{Endpoint: sw.URL, AccessKey: st.StoreAccess, SecretKey: st.StoreSecret, Region: "us-east-1"},
-		LogLevel: logLevel, DBMaxConns: 32, DBQueryTimeout: 10 * time.Second, ProbeBucket: "fencegate-probe",
-		Lease: lease.Config{TTL: 60 * time.Second, RenewEvery: 20 * time.Second, Margin: 10 * time.Second, WaitMax: 10 * time.Second, WaitLimit: 60 * time.Second, DBTimeout: 5 * time.Second,
-			SessionHeartbeat: 2 * time.Second, SessionTimeout: 10 * time.Second, SessionMargin: 2 * time.Second,
-			WaitPoll: lease.DefaultWaitPoll, WaitPollListening: lease.DefaultWaitPollListening, GuardHorizon: lease.DefaultGuardHorizon},
-		LeaseListen: true,
-		// One server by design: its commits wait for no standby.
-		AcceptAsyncReplication: true,
-		SigV2:                  true, // --sigv2's default: a zero here would turn V2 off
-		Reconcile:              20 * time.Second,
-		ConsoleSample:          10 * time.Second, // --console-sample-interval's default
-		Lifecycle:              defaultLifecycle(),
-	}
+	devStack(&cfg, f, st, dbURL, sw.URL)
 	return runServe(ctx, cfg, func(s3Addr, adminAddr string) {
 		endpoint := "http://" + s3Addr
 		// FENCEGATE_SERVER_KEY lets `fencegate keys` work on this stack's database
@@ -246,11 +234,32 @@ func writeDevEnv(path, endpoint, admin, storeURL, dbURL string, st *devState) er
 	return stack.WritePrivateFile(path, []byte(env))
 }
 
-func gatewayConfig(st *devState) (c gateway.Config) {
-	c.Listen = "127.0.0.1:" + strconv.Itoa(st.GatewayPort)
-	c.AdminListen = "127.0.0.1:" + strconv.Itoa(st.AdminPort)
-	c.ShutdownGrace = 10 * time.Second
-	return c
+// devDefaults are the settings devStack decides unless they are set.
+var devDefaults = map[string]string{"listen": "127.0.0.1:9000, or a free port (state.json)",
+	"admin-listen": "127.0.0.1:9001, or a free port (state.json)", "domains": "localhost", "shutdown-grace": "10s"}
+
+// devStack fills in what dev run's stack decides: its database, server key
+// and store, and, unless set by flag or variable, the stack's own ports, a
+// short shutdown grace and virtual-host addressing on localhost. The rest is
+// serve's, FENCEGATE_* settings included.
+func devStack(c *serveConfig, f envFlags, st *devState, dbURL, storeURL string) {
+	c.DatabaseURL, c.ServerKey = dbURL, st.ServerKey
+	c.Store = storeConfig{Endpoint: storeURL, AccessKey: st.StoreAccess, SecretKey: st.StoreSecret, Region: "us-east-1"}
+	// One server by design: its commits wait for no standby.
+	c.AcceptAsyncReplication = true
+	for _, d := range []struct {
+		flag  string
+		value *string
+		dev   string
+	}{{"listen", &c.Listen, "127.0.0.1:" + strconv.Itoa(st.GatewayPort)}, {"admin-listen", &c.AdminListen, "127.0.0.1:" + strconv.Itoa(st.AdminPort)},
+		{"domains", &c.Domains, "localhost"}} {
+		if !f.given(d.flag) {
+			*d.value = d.dev
+		}
+	}
+	if !f.given("shutdown-grace") {
+		c.ShutdownGrace = 10 * time.Second
+	}
 }
 
 // ensureDevDatabase creates the fencegate database on first start, migrates it,

@@ -34,15 +34,6 @@ func (c *serveConfig) defineUploadAges(f envFlags) {
 	f.Duration(&l.UploadCreateSettle, "upload-create-settle", "FENCEGATE_UPLOAD_CREATE_SETTLE", lease.DefaultUploadCreateSettle, "a multipart upload whose CreateMultipartUpload left no upload id in the catalog (answer lost, or not recorded) is looked for at the store and bound once its Create is this old")
 }
 
-// defaultLifecycle is the flags' defaults, for configurations built in code
-// (dev run).
-func defaultLifecycle() lease.LifecycleConfig {
-	return lease.LifecycleConfig{Budget: 5 * time.Second, Batch: 100, UploadIdle: 24 * time.Hour,
-		UploadCreateSettle: lease.DefaultUploadCreateSettle, ForeignUploads: lease.ForeignReport,
-		ForeignUploadAge: 7 * 24 * time.Hour, AuditPage: 1000,
-		Retention: lease.Retention{Attempts: 7 * 24 * time.Hour, Outbox: 7 * 24 * time.Hour, Leases: 24 * time.Hour}}
-}
-
 func (c *serveConfig) lifecycle() lease.LifecycleConfig {
 	l := c.Lifecycle
 	l.Interval = c.Reconcile

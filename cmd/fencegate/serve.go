@@ -68,7 +68,13 @@ Runs the S3 gateway: the S3 API on --listen, /healthz, /readyz and /metrics on
 keys. docs/OPERATING.md describes a deployment.
 `
 
-func (c *serveConfig) define(f envFlags) {
+func (c *serveConfig) define(f envFlags) { c.defineFlags(f, true) }
+
+// defineFlags adds serve's flags; without connections, those that name the
+// database, the server key and the store, and --migrate and
+// --accept-async-replication, are left out: `fencegate dev run` brings its
+// own stack and takes every other setting as serve does.
+func (c *serveConfig) defineFlags(f envFlags, connections bool) {
 	f.heading("listeners")
 	f.String(&c.Listen, "listen", "FENCEGATE_LISTEN", "127.0.0.1:9000", "S3 API listen address")
 	f.String(&c.AdminListen, "admin-listen", "FENCEGATE_ADMIN_LISTEN", "127.0.0.1:9001", "admin listen address: /healthz, /readyz, /metrics (empty disables)")
@@ -77,13 +83,17 @@ func (c *serveConfig) define(f envFlags) {
 	f.String(&c.TLSCert, "tls-cert", "FENCEGATE_TLS_CERT", "", "PEM certificate: serve the S3 API over HTTPS")
 	f.String(&c.TLSKey, "tls-key", "FENCEGATE_TLS_KEY", "", "PEM private key for --tls-cert")
 	f.Duration(&c.ShutdownGrace, "shutdown-grace", "FENCEGATE_SHUTDOWN_GRACE", 30*time.Second, "how long in-flight requests may finish after SIGTERM")
-	f.database(&c.DatabaseURL)
+	if connections {
+		f.database(&c.DatabaseURL)
+	}
 	f.Int(&c.DBMaxConns, "db-max-conns", "FENCEGATE_DB_MAX_CONNS", 32, "PostgreSQL connection pool size")
 	f.Duration(&c.DBQueryTimeout, "db-statement-timeout", "FENCEGATE_DB_STATEMENT_TIMEOUT", 10*time.Second, "server-side bound on every statement")
-	f.Bool(&c.AcceptAsyncReplication, "accept-async-replication", "FENCEGATE_ACCEPT_ASYNC_REPLICATION", false, "the database's commits need not wait for a synchronous standby (a single server, or a standby whose loss of the last commits is accepted): no start-up warning that a failover can lose acknowledged writes")
-	f.Bool(&c.Migrate, "migrate", "FENCEGATE_MIGRATE", false, "apply database migrations at start-up")
-	f.serverKey(&c.ServerKey, &c.ServerKeyFile)
-	f.store(&c.Store)
+	if connections {
+		f.Bool(&c.AcceptAsyncReplication, "accept-async-replication", "FENCEGATE_ACCEPT_ASYNC_REPLICATION", false, "the database's commits need not wait for a synchronous standby (a single server, or a standby whose loss of the last commits is accepted): no start-up warning that a failover can lose acknowledged writes")
+		f.Bool(&c.Migrate, "migrate", "FENCEGATE_MIGRATE", false, "apply database migrations at start-up")
+		f.serverKey(&c.ServerKey, &c.ServerKeyFile)
+		f.store(&c.Store)
+	}
 	f.Duration(&c.StoreAnswer, "store-answer-timeout", "FENCEGATE_STORE_ANSWER_TIMEOUT", store.DefaultAnswerTimeout, "the store must begin its answer to a request within this of the request's last byte, and may not stop taking a request's body or sending an answer's for longer; past it the request is given up (a write sent whole then has an unknown outcome, settled later) (negative: no bound)")
 	f.String(&c.ProbeBucket, "probe-bucket", "FENCEGATE_PROBE_BUCKET", "fencegate-probe", "bucket where the start-up probe proves the store rejects mismatched conditions (empty skips the probe)")
 	f.Bool(&c.RequireFencing, "require-fencing", "FENCEGATE_REQUIRE_FENCING", false, "refuse to start unless the probe proves every fenced operation and truncation safety")
@@ -167,7 +177,7 @@ func (c *serveConfig) validateLease() error {
 	return nil
 }
 
-// validate checks serve's whole configuration (also dev run's, built in code).
+// validate checks serve's whole configuration (also dev run's).
 func (c *serveConfig) validate() error {
 	var missing []string
 	for _, m := range []struct{ v, name string }{{c.DatabaseURL, "--database-url or $FENCEGATE_DATABASE_URL"},
