@@ -11,7 +11,7 @@ import (
 	"github.com/valyala/fasthttp"
 	"golang.org/x/sync/semaphore"
 
-	"github.com/fencegate/fencegate/internal/tcpwatch"
+	"github.com/fencegate/fencegate/store/tcpwatch"
 )
 
 // What a client can make the gateway hold is bounded here: open connections

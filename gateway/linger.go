@@ -9,7 +9,7 @@ import (
 
 	"github.com/valyala/fasthttp"
 
-	"github.com/fencegate/fencegate/internal/tcpwatch"
+	"github.com/fencegate/fencegate/store/tcpwatch"
 )
 
 // A connection the gateway closes while its client is still sending (a

@@ -9,7 +9,7 @@ import "io"
 // that acknowledges nothing for the send stall timeout ends: the connection
 // is closed, counted in fencegate_connections_send_stalled_total. What counts
 // as moving is the client acknowledging bytes, looked at every half timeout
-// while a write lasts (internal/tcpwatch), not a write call returning: a body
+// while a write lasts (store/tcpwatch), not a write call returning: a body
 // spliced from the store (relay.go) is one call for the whole object. (An
 // application that reads at its own slow pace through a large socket buffer
 // acknowledges in bursts, as TCP reopens its window only once much of the

@@ -7,7 +7,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/fencegate/fencegate/internal/tcpwatch"
+	"github.com/fencegate/fencegate/store/tcpwatch"
 )
 
 // The transport writes a request body to its connection with the

@@ -36,7 +36,7 @@ type Config struct {
 	// a request has been sent whole, and how long the store may stop in the
 	// middle of an exchange: take nothing more of a request that is being
 	// sent, or send nothing more of an answer's body that is being read
-	// (internal/tcpwatch) (0: DefaultAnswerTimeout; negative: no bound).
+	// (store/tcpwatch) (0: DefaultAnswerTimeout; negative: no bound).
 	AnswerTimeout time.Duration
 }
 

@@ -15,7 +15,7 @@ import (
 	"time"
 	"unsafe"
 
-	"github.com/fencegate/fencegate/internal/tcpwatch"
+	"github.com/fencegate/fencegate/store/tcpwatch"
 )
 
 // GET and HEAD answers travel over the client's own HTTP/1.1 connections to
