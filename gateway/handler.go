@@ -94,8 +94,9 @@ func (s *Server) finish(ctx *fasthttp.RequestCtx, r *request, e *apiError) {
 	}
 	elapsed := time.Since(r.start)
 	var out int64
+	var bodyErr error
 	if r.out != nil {
-		out = r.out.n
+		out, bodyErr = r.out.n, r.out.err
 	}
 	series := s.metrics.series.get(opLabel(r), status)
 	series.requests.Inc()
@@ -106,7 +107,7 @@ func (s *Server) finish(ctx *fasthttp.RequestCtx, r *request, e *apiError) {
 	if !log.Enabled(ctx, slog.LevelInfo) {
 		return
 	}
-	var room [13]slog.Attr // on the stack: a Record copies them
+	var room [14]slog.Attr // on the stack: a Record copies them
 	attrs := append(room[:0],
 		slog.String("request_id", r.id), slog.String("op", op), slog.String("method", methodName(ctx.Method())),
 		slog.String("bucket", r.bucket), slog.String("key", r.key), slog.Int("status", status),
@@ -121,6 +122,9 @@ func (s *Server) finish(ctx *fasthttp.RequestCtx, r *request, e *apiError) {
 	}
 	if e != nil {
 		attrs = append(attrs, slog.String("error", e.Code))
+	}
+	if bodyErr != nil {
+		attrs = append(attrs, slog.String("body_error", bodyErr.Error()))
 	}
 	// Straight to the handler, with no source position: Logger.LogAttrs
 	// would walk the stack (runtime.Callers) on every request for a position

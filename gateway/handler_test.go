@@ -3,8 +3,12 @@ package gateway
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
+	"io"
 	"log/slog"
+	"strings"
 	"testing"
+	"testing/iotest"
 )
 
 // A request's one log line: its fields, as the JSON log writes them.
@@ -41,5 +45,32 @@ func TestRequestLogLine(t *testing.T) {
 	}
 	if len(line) != len(want)+2 {
 		t.Errorf("fields %v", line)
+	}
+}
+
+// An answer whose body broke off after its head had gone (the store paused
+// mid-body, the client stopped taking it) says why in its log line: the
+// status alone (200) would not tell it from a whole answer.
+func TestRequestLogLineNamesABrokenBody(t *testing.T) {
+	var out bytes.Buffer
+	s := newBenchServer(t, slog.New(slog.NewJSONHandler(&out, nil)))
+	ctx := recordedRequest(t, "GET", "/bench/objects/k-000123", nil)
+	r, e := s.admit(ctx)
+	if e != nil {
+		t.Fatal(e)
+	}
+	ctx.Response.SetStatusCode(200)
+	stalled := errors.New("the store did not answer: it sent nothing more of its answer for 2m0s")
+	r.out = &countingBody{rc: io.NopCloser(io.MultiReader(strings.NewReader("part of the body"), iotest.ErrReader(stalled)))}
+	if _, err := r.out.WriteTo(io.Discard); !errors.Is(err, stalled) {
+		t.Fatalf("WriteTo: %v", err)
+	}
+	s.finish(ctx, r, nil)
+	var line map[string]any
+	if err := json.Unmarshal(out.Bytes(), &line); err != nil {
+		t.Fatalf("%v: %s", err, out.Bytes())
+	}
+	if line["status"] != 200.0 || line["bytes_out"] != 16.0 || line["body_error"] != stalled.Error() {
+		t.Errorf("status %v, bytes_out %v, body_error %v", line["status"], line["bytes_out"], line["body_error"])
 	}
 }

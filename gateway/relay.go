@@ -129,6 +129,10 @@ type countingBody struct {
 	onClose func(n int64)
 	splice  *store.Body        // non-nil: rc, spliced to the client (store/splice.go)
 	spliced prometheus.Counter // counts splice's spliced bytes
+	// err is why the body broke off after the answer's head had gone (the
+	// store paused mid-body, the client stopped taking it): the request's
+	// log line says so.
+	err error
 }
 
 func (c *countingBody) Read(p []byte) (int, error) {
@@ -143,6 +147,14 @@ var relayBuffers = sync.Pool{New: func() any { b := make([]byte, 256<<10); retur
 
 // WriteTo is what fasthttp uses to copy a streamed body to the client.
 func (c *countingBody) WriteTo(w io.Writer) (int64, error) {
+	n, err := c.writeTo(w)
+	if err != nil {
+		c.err = err
+	}
+	return n, err
+}
+
+func (c *countingBody) writeTo(w io.Writer) (int64, error) {
 	if rf, ok := w.(io.ReaderFrom); ok && c.splice != nil {
 		n, spliced, err := c.splice.SpliceTo(w, rf)
 		c.n += n
