@@ -5,12 +5,14 @@ import (
 	"bytes"
 	"context"
 	"crypto/md5"
+	"crypto/tls"
 	"encoding/base64"
 	"errors"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
+	"net/url"
 	"sort"
 	"strconv"
 	"strings"
@@ -379,5 +381,50 @@ func TestBodyMemoryBudgetDeleteObjects(t *testing.T) {
 	waitFor(t, "the budget to be whole again", 5*time.Second, func() bool { return g.Server.BodyMemoryInUse() == 0 })
 	if v := adminMetric(t, g.Admin, "fencegate_buffered_body_bytes"); v != 0 {
 		t.Fatalf("fencegate_buffered_body_bytes %v", v)
+	}
+}
+
+// A connection that sends nothing within the header timeout is closed
+// without an answer: clients keep spare connections in their pools unused,
+// and one that finds an answer to a request it never sent on such a
+// connection (or reads it as the answer to the request it sends just then)
+// takes it for the server's error (Go's transport: "Unsolicited response
+// received on idle HTTP channel"). A connection that began a request and
+// did not finish its headers in time is answered 400 RequestTimeout. Over
+// plain TCP and TLS.
+func TestSilentConnectionIsClosedWithoutAnAnswer(t *testing.T) {
+	const headerTimeout = time.Second
+	for _, overTLS := range []bool{false, true} {
+		t.Run(map[bool]string{false: "tcp", true: "tls"}[overTLS], func(t *testing.T) {
+			g := startGateway(t, gatewayOptions{TLS: overTLS, Configure: func(c *gateway.Config) { c.HeaderTimeout = headerTimeout }})
+			u, _ := url.Parse(g.URL)
+			answerTo := func(send string) (string, time.Duration) {
+				t.Helper()
+				conn := dialGateway(t, u.Host, overTLS, func(*net.TCPConn) {})
+				if tc, ok := conn.(*tls.Conn); ok {
+					if err := tc.Handshake(); err != nil { // a pooled TLS connection has shaken hands
+						t.Fatal(err)
+					}
+				}
+				if _, err := io.WriteString(conn, send); err != nil {
+					t.Fatal(err)
+				}
+				start := time.Now()
+				_ = conn.SetReadDeadline(start.Add(10 * headerTimeout))
+				got, err := io.ReadAll(conn)
+				var ne net.Error
+				if errors.As(err, &ne) && ne.Timeout() {
+					t.Fatalf("sent %q: still open after %v", send, 10*headerTimeout)
+				}
+				return string(got), time.Since(start)
+			}
+			if got, took := answerTo(""); got != "" || took < headerTimeout-100*time.Millisecond {
+				t.Errorf("a connection that sent nothing: %q after %v, want closed without an answer after %v", got, took, headerTimeout)
+			}
+			got, took := answerTo("GET / HTTP/1.1\r\nHost: ")
+			if !strings.HasPrefix(got, "HTTP/1.1 400 ") || !strings.Contains(got, "<Code>RequestTimeout</Code>") || took < headerTimeout-100*time.Millisecond {
+				t.Errorf("a connection that began a request: %q after %v, want 400 RequestTimeout after %v", got, took, headerTimeout)
+			}
+		})
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/http"
 	"strconv"
+	"time"
 
 	"github.com/valyala/fasthttp"
 
@@ -65,12 +66,29 @@ func parseError(ctx *fasthttp.RequestCtx, err error) {
 	switch {
 	case errors.As(err, &small):
 		e = errHeaderSectionTooBig
+	case errors.As(err, &ne) && ne.Timeout() && !requestBegun(ctx):
+		// The header timeout passed on a new connection that sent nothing:
+		// a client's spare pooled connection, closed as an idle keep-alive
+		// one is, without an answer. One would reach a client that sent no
+		// request (Go's transport: "Unsolicited response received on idle
+		// HTTP channel"), or one sending its request just then, as that
+		// request's answer. fasthttp writes what this handler sets, so the
+		// write is made to fail.
+		_ = ctx.Conn().SetWriteDeadline(time.Unix(1, 0))
+		return
 	case errors.As(err, &ne) && ne.Timeout():
 		e = errRequestTimeout
 	case errors.Is(err, io.ErrUnexpectedEOF):
 		e = errIncompleteBody
 	}
 	writeError(ctx, newRequestID(), withClose(e)) // fasthttp closes after a request it cannot parse
+}
+
+// requestBegun reports whether a byte of a request has arrived on ctx's
+// connection; true where the connection is not the listener's own.
+func requestBegun(ctx *fasthttp.RequestCtx) bool {
+	cc := clientConnOf(ctx.Conn())
+	return cc == nil || cc.begun
 }
 
 // asAPIError turns any error into the S3 answer for it. Errors that are not

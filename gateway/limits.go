@@ -112,8 +112,15 @@ func (l *connLimiter) take(ip string) (refused string) {
 	return ""
 }
 
-// connState releases a connection's place when fasthttp is done with it.
+// connState notes a connection's first request byte, and releases its place
+// when fasthttp is done with it.
 func (l *connLimiter) connState(c net.Conn, st fasthttp.ConnState) {
+	if st == fasthttp.StateActive {
+		if cc := clientConnOf(c); cc != nil {
+			cc.begun = true
+		}
+		return
+	}
 	if st != fasthttp.StateClosed && st != fasthttp.StateHijacked {
 		return
 	}

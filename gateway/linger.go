@@ -36,6 +36,19 @@ type clientConn struct {
 	*net.TCPConn
 	linger atomic.Bool
 	send   *tcpwatch.Watch // nil: writes are not bounded (sendstall.go)
+	// begun: a byte of a request has arrived (after TLS's handshake): fasthttp
+	// said so (StateActive). Only the connection's own goroutine touches it.
+	begun bool
+}
+
+// clientConnOf is the plain-TCP connection under c, a *clientConn or TLS over
+// one; nil for any other connection.
+func clientConnOf(c net.Conn) *clientConn {
+	if t, ok := c.(*tls.Conn); ok {
+		c = t.NetConn()
+	}
+	cc, _ := c.(*clientConn)
+	return cc
 }
 
 // Close closes the connection, after draining it if its last answer asked
@@ -52,11 +65,8 @@ func (c *clientConn) Close() error {
 // lingerOnClose marks the connection of an answer sent with Connection:
 // close while the request's body may still be arriving.
 func lingerOnClose(ctx *fasthttp.RequestCtx) {
-	c := ctx.Conn()
-	if t, ok := c.(*tls.Conn); ok {
-		c = t.NetConn() // TLS's close_notify is sent first; the drain reads raw bytes
-	}
-	if cc, ok := c.(*clientConn); ok {
+	// Over TLS, TLS's close_notify is sent first; the drain reads raw bytes.
+	if cc := clientConnOf(ctx.Conn()); cc != nil {
 		cc.linger.Store(true)
 	}
 }
