@@ -159,6 +159,14 @@ func storeStopsTakingAPut(t *testing.T, fp *faultproxy.HTTP, g *testGateway, buc
 	if retry := putRaw(g.Endpoint, bucket, "k", []byte("the retry"), nil); retry.Status != 200 || time.Since(start) > stallAnswerTimeout {
 		t.Fatalf("retry: %+v after %v", retry, time.Since(start))
 	}
+	// The store comes back: what it had of the cut request never becomes an
+	// object (the proxy forwards the rest the gateway had sent, then finds
+	// the connection closed, and ends the store's request short).
+	held.Release()
+	held.Wait()
+	if res, got := doRawBody(g.Endpoint, "GET", "/"+bucket+"/k", nil, nil); res.Status != 200 || string(got) != "the retry" {
+		t.Errorf("after the store came back: %+v, %d bytes, want the retry", res, len(got))
+	}
 	audit(t, g.Store, bucket, "k")
 }
 
