@@ -428,3 +428,37 @@ func TestSilentConnectionIsClosedWithoutAnAnswer(t *testing.T) {
 		})
 	}
 }
+
+// The admin listener holds no connection for ever either: one idle after a
+// request is closed after --idle-timeout, as on the S3 listener (before, an
+// idle keep-alive connection to /healthz, which needs no token, stayed open
+// for good: enough of them would spend the process's file descriptors, the
+// S3 listener's too).
+func TestAdminConnectionsAreBounded(t *testing.T) {
+	const idle = time.Second
+	g := startGateway(t, gatewayOptions{Configure: func(c *gateway.Config) { c.IdleTimeout = idle }})
+	conn, err := net.Dial("tcp", strings.TrimPrefix(g.Admin, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if _, err := io.WriteString(conn, "GET /healthz HTTP/1.1\r\nHost: admin\r\n\r\n"); err != nil {
+		t.Fatal(err)
+	}
+	br := bufio.NewReader(conn)
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil || resp.StatusCode != 200 {
+		t.Fatalf("GET /healthz: %v, %v", resp, err)
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	answered := time.Now()
+	_ = conn.SetReadDeadline(answered.Add(10 * idle))
+	_, err = br.ReadByte()
+	var ne net.Error
+	if errors.As(err, &ne) && ne.Timeout() {
+		t.Fatalf("an idle admin connection still open %v after its answer; the idle timeout is %v", 10*idle, idle)
+	}
+	if took := time.Since(answered); took < idle-100*time.Millisecond {
+		t.Errorf("closed %v after its answer, before the idle timeout %v", took, idle)
+	}
+}

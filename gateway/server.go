@@ -322,7 +322,12 @@ func New(ctx context.Context, cfg Config, deps Deps) (*Server, error) {
 			return nil, fmt.Errorf("admin listener: %w", err)
 		}
 		s.adminLn = aln
-		s.admin = &http.Server{Handler: s.adminHandler(), ReadHeaderTimeout: 10 * time.Second}
+		// Nothing on the admin listener streams: every request and answer is
+		// bounded, and an idle keep-alive connection is closed as on the S3
+		// listener, so no client holds a connection (a file descriptor the S3
+		// listener needs too) for as long as it likes.
+		s.admin = &http.Server{Handler: s.adminHandler(), ReadHeaderTimeout: 10 * time.Second,
+			ReadTimeout: 30 * time.Second, WriteTimeout: time.Minute, IdleTimeout: cfg.IdleTimeout}
 	}
 	return s, nil
 }
