@@ -63,6 +63,15 @@ func stalledWithin(what string, d time.Duration) error {
 	return fmt.Errorf("%w: it %s for %v", ErrNoAnswer, what, d)
 }
 
+// tlsHandshakeTimeout bounds the TLS handshake with the store: 10 s, as
+// net/http's default transport, or the answer timeout if that is shorter.
+func tlsHandshakeTimeout(answer time.Duration) time.Duration {
+	if answer > 0 && answer < 10*time.Second {
+		return answer
+	}
+	return 10 * time.Second
+}
+
 // noAnswerWithin is ErrNoAnswer for a request given up after d.
 func noAnswerWithin(d time.Duration) error {
 	return fmt.Errorf("%w: no answer within %v", ErrNoAnswer, d)
@@ -121,6 +130,9 @@ func New(cfg Config) (*Client, error) {
 		// network dropping its packets) must not hold the request, its lease
 		// and its client for ever.
 		ResponseHeaderTimeout: max(answer, 0),
+		// Nor one that takes the connection and never finishes TLS's
+		// handshake: a transport built by hand has no bound on it.
+		TLSHandshakeTimeout: tlsHandshakeTimeout(answer),
 		// The gateway relays bodies byte for byte: no transparent gzip.
 		DisableCompression: true,
 		WriteBufferSize:    256 << 10,

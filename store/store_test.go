@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -278,5 +279,45 @@ func TestGetAfterStoreClosedIdleConnections(t *testing.T) {
 	time.Sleep(50 * time.Millisecond) // the closes reach this side
 	if err := get(); err != nil {
 		t.Fatalf("a GET after the store closed its idle connections: %v", err)
+	}
+}
+
+// A TLS store that takes the connection and never finishes the handshake is
+// given up within the answer timeout (net/http's transport has no handshake
+// bound of its own when built by hand), as one that never answers is.
+func TestTLSStoreThatNeverShakesHandsIsGivenUp(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() { // accepts, reads the ClientHello, answers nothing
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() { _, _ = io.Copy(io.Discard, c) }()
+		}
+	}()
+	const answer = time.Second
+	c, err := New(Config{Endpoint: "https://" + ln.Addr().String(), AccessKey: "a", SecretKey: "s", AnswerTimeout: answer})
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	done := make(chan error, 1)
+	go func() {
+		_, err := c.Head(context.Background(), "b", "k")
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		if err == nil || time.Since(start) > 5*answer {
+			t.Fatalf("HEAD: %v after %v", err, time.Since(start))
+		}
+		t.Logf("HEAD: %v after %v", err, time.Since(start).Round(10*time.Millisecond))
+	case <-time.After(20 * answer):
+		t.Fatalf("HEAD still waiting on the handshake after %v", 20*answer)
 	}
 }
