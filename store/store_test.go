@@ -1,6 +1,7 @@
 package store
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -9,8 +10,11 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/fencegate/fencegate/sigv4"
 )
 
 func newTestClient(t *testing.T, h http.HandlerFunc) *Client {
@@ -319,5 +323,68 @@ func TestTLSStoreThatNeverShakesHandsIsGivenUp(t *testing.T) {
 		t.Logf("HEAD: %v after %v", err, time.Since(start).Round(10*time.Millisecond))
 	case <-time.After(20 * answer):
 		t.Fatalf("HEAD still waiting on the handshake after %v", 20*answer)
+	}
+}
+
+// An https store: a large PUT through the transport (TLS over a watched
+// copyConn) arrives whole, and a GET reads it back, on one connection.
+func TestTLSStoreRoundTrip(t *testing.T) {
+	var stored []byte
+	var conns atomic.Int32
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.Method {
+		case http.MethodPut:
+			b, err := io.ReadAll(r.Body)
+			if err != nil {
+				w.WriteHeader(http.StatusBadRequest)
+				return
+			}
+			stored = b
+		case http.MethodGet:
+			_, _ = w.Write(stored)
+		}
+	}))
+	srv.Config.ConnState = func(_ net.Conn, s http.ConnState) {
+		if s == http.StateNew {
+			conns.Add(1)
+		}
+	}
+	srv.StartTLS()
+	t.Cleanup(srv.Close)
+	c, err := New(Config{Endpoint: srv.URL, AccessKey: "a", SecretKey: "s", InsecureTLS: true, AnswerTimeout: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	payload := bytes.Repeat([]byte("0123456789abcdef"), 1<<20) // 16 MiB: many writes, each watched
+	req, err := c.NewRequest(context.Background(), http.MethodPut, LevelObject, "b", "k", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Body = io.NopCloser(struct{ io.Reader }{bytes.NewReader(payload)})
+	req.ContentLength = int64(len(payload))
+	resp, err := c.Send(req, "UNSIGNED-PAYLOAD")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || !bytes.Equal(stored, payload) {
+		t.Fatalf("PUT: status %d, the store got %d of %d bytes", resp.StatusCode, len(stored), len(payload))
+	}
+	req, err = c.NewRequest(context.Background(), http.MethodGet, LevelObject, "b", "k", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err = c.Send(req, sigv4.EmptySHA256)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if err != nil || !bytes.Equal(got, payload) {
+		t.Fatalf("GET: %d of %d bytes, %v", len(got), len(payload), err)
+	}
+	if n := conns.Load(); n != 1 {
+		t.Errorf("%d connections to the store for two requests in a row", n)
 	}
 }
