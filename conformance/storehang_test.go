@@ -138,8 +138,8 @@ func storeStopsTakingAPut(t *testing.T, fp *faultproxy.HTTP, g *testGateway, buc
 	start := time.Now()
 	done := make(chan rawResult, 1)
 	go func() { done <- putRaw(g.Endpoint, bucket, "k", body, nil) }()
-	recvWithin(t, held.Arrived, 10*stallAnswerTimeout, "the store to stop taking the PUT's body")
-	put := recvWithin(t, done, 10*stallAnswerTimeout, "answer to the PUT whose body the store stopped taking")
+	within(t, held.Arrived, 10*stallAnswerTimeout, "the store to stop taking the PUT's body")
+	put := within(t, done, 10*stallAnswerTimeout, "answer to the PUT whose body the store stopped taking")
 	took := time.Since(start)
 	t.Logf("PUT whose body the store stopped taking: %+v after %v", put, took.Round(10*time.Millisecond))
 	// The gateway answers while the client is still sending and stops
@@ -186,7 +186,7 @@ func storePausesAGet(t *testing.T, fp *faultproxy.HTTP, g *testGateway, bucket s
 	if err != nil || resp.StatusCode != 200 || resp.ContentLength != int64(len(body)) {
 		t.Fatalf("GET: %v, %v", resp, err)
 	}
-	recvWithin(t, held.Arrived, 10*stallAnswerTimeout, "the store to pause the GET's answer")
+	within(t, held.Arrived, 10*stallAnswerTimeout, "the store to pause the GET's answer")
 	paused := time.Now()
 	type read struct {
 		n   int64
@@ -197,7 +197,7 @@ func storePausesAGet(t *testing.T, fp *faultproxy.HTTP, g *testGateway, bucket s
 		n, err := io.Copy(io.Discard, resp.Body)
 		done <- read{n, err}
 	}()
-	r := recvWithin(t, done, 10*stallAnswerTimeout, "end to the GET's answer the store paused")
+	r := within(t, done, 10*stallAnswerTimeout, "end to the GET's answer the store paused")
 	took := time.Since(paused)
 	t.Logf("GET whose answer the store paused: %d of %d bytes, %v, after %v", r.n, len(body), r.err, took.Round(10*time.Millisecond))
 	if r.err == nil || r.n >= int64(len(body)) {
@@ -206,17 +206,4 @@ func storePausesAGet(t *testing.T, fp *faultproxy.HTTP, g *testGateway, bucket s
 	if took < stallAnswerTimeout-100*time.Millisecond {
 		t.Errorf("GET cut %v after the store paused, before the answer timeout %v", took, stallAnswerTimeout)
 	}
-}
-
-// recvWithin receives from ch, failing the test after d.
-func recvWithin[T any](t *testing.T, ch <-chan T, d time.Duration, what string) T {
-	t.Helper()
-	select {
-	case v := <-ch:
-		return v
-	case <-time.After(d):
-		t.Fatalf("no %s within %v", what, d)
-	}
-	var zero T
-	return zero
 }
