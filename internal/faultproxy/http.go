@@ -324,15 +324,13 @@ func (p *HTTP) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		default:
 		}
 	case kindDropResponse:
-		up, err := p.roundTrip(r)
-		if err != nil {
-			abort(w)
+		up := p.answered(w, r, &ev)
+		if up == nil {
 			return
 		}
 		_, _ = io.Copy(io.Discard, up.resp.Body)
 		up.close()
 		abort(w)
-		ev.Status = up.resp.StatusCode
 		select {
 		case rl.events <- ev:
 		default:
@@ -355,13 +353,11 @@ func (p *HTTP) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 	case kindHoldResponse:
 		defer rl.held.end()
-		up, err := p.roundTrip(r)
-		if err != nil {
-			abort(w)
+		up := p.answered(w, r, &ev)
+		if up == nil {
 			return
 		}
 		defer up.close()
-		ev.Status = up.resp.StatusCode
 		switch d := rl.held.arrive(ev); d.kind {
 		case decRelease:
 			relay(w, up.resp)
@@ -378,13 +374,11 @@ func (p *HTTP) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		p.forward(w, r)
 	case kindStallResponseBody:
 		defer rl.held.end()
-		up, err := p.roundTrip(r)
-		if err != nil {
-			abort(w)
+		up := p.answered(w, r, &ev)
+		if up == nil {
 			return
 		}
 		defer up.close()
-		ev.Status = up.resp.StatusCode
 		up.resp.Body = &stallingBody{ReadCloser: up.resp.Body, left: rl.after, held: rl.held, ev: ev}
 		relay(w, up.resp)
 	}
@@ -421,13 +415,8 @@ func (b *stallingBody) Read(p []byte) (int, error) {
 
 // forward passes the request through to the store and relays the response.
 func (p *HTTP) forward(w http.ResponseWriter, r *http.Request) {
-	up, err := p.roundTrip(r)
-	if err != nil {
-		abort(w)
-		return
-	}
-	defer up.close()
-	relay(w, up.resp)
+	var ev Event
+	p.sendAndRelay(w, r, &ev)
 }
 
 func failRequest(w http.ResponseWriter, r *http.Request, status int, body string) {
@@ -471,12 +460,23 @@ var errShortBody = errors.New("faultproxy: request body shorter than Content-Len
 // sendAndRelay forwards r to the store and relays its answer, noting the
 // status in ev; a request the store did not answer is aborted.
 func (p *HTTP) sendAndRelay(w http.ResponseWriter, r *http.Request, ev *Event) {
+	up := p.answered(w, r, ev)
+	if up == nil {
+		return
+	}
+	defer up.close()
+	relay(w, up.resp)
+}
+
+// answered forwards r to the store and returns the exchange, the store's
+// status noted in ev; a request the store did not answer is aborted at the
+// client, and answered returns nil.
+func (p *HTTP) answered(w http.ResponseWriter, r *http.Request, ev *Event) *upstream {
 	up, err := p.roundTrip(r)
 	if err != nil {
 		abort(w)
-		return
+		return nil
 	}
 	ev.Status = up.resp.StatusCode
-	relay(w, up.resp)
-	up.close()
+	return up
 }
