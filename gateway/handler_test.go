@@ -13,20 +13,7 @@ import (
 
 // A request's one log line: its fields, as the JSON log writes them.
 func TestRequestLogLine(t *testing.T) {
-	var out bytes.Buffer
-	s := newBenchServer(t, slog.New(slog.NewJSONHandler(&out, nil)))
-	ctx := recordedRequest(t, "GET", "/bench/objects/k-000123", nil)
-	r, e := s.admit(ctx)
-	if e != nil {
-		t.Fatal(e)
-	}
-	ctx.Response.SetStatusCode(206)
-	r.out = &countingBody{n: 1234}
-	s.finish(ctx, r, nil)
-	var line map[string]any
-	if err := json.Unmarshal(out.Bytes(), &line); err != nil {
-		t.Fatalf("%v: %s", err, out.Bytes())
-	}
+	line, r := loggedGet(t, 206, &countingBody{n: 1234})
 	want := map[string]any{
 		"level": "INFO", "msg": "request", "request_id": r.id, "op": "GetObject", "method": "GET",
 		"bucket": "bench", "key": "objects/k-000123", "status": 206.0, "bytes_in": 0.0, "bytes_out": 1234.0,
@@ -52,25 +39,34 @@ func TestRequestLogLine(t *testing.T) {
 // mid-body, the client stopped taking it) says why in its log line: the
 // status alone (200) would not tell it from a whole answer.
 func TestRequestLogLineNamesABrokenBody(t *testing.T) {
-	var out bytes.Buffer
-	s := newBenchServer(t, slog.New(slog.NewJSONHandler(&out, nil)))
+	stalled := errors.New("the store did not answer: it sent nothing more of its answer for 2m0s")
+	body := &countingBody{rc: io.NopCloser(io.MultiReader(strings.NewReader("part of the body"), iotest.ErrReader(stalled)))}
+	if _, err := body.WriteTo(io.Discard); !errors.Is(err, stalled) {
+		t.Fatalf("WriteTo: %v", err)
+	}
+	line, _ := loggedGet(t, 200, body)
+	if line["status"] != 200.0 || line["bytes_out"] != 16.0 || line["body_error"] != stalled.Error() {
+		t.Errorf("status %v, bytes_out %v, body_error %v", line["status"], line["bytes_out"], line["body_error"])
+	}
+}
+
+// loggedGet is the log line of a GET answered with status and out, as the
+// JSON log writes it, and the request.
+func loggedGet(t *testing.T, status int, out *countingBody) (map[string]any, *request) {
+	t.Helper()
+	var buf bytes.Buffer
+	s := newBenchServer(t, slog.New(slog.NewJSONHandler(&buf, nil)))
 	ctx := recordedRequest(t, "GET", "/bench/objects/k-000123", nil)
 	r, e := s.admit(ctx)
 	if e != nil {
 		t.Fatal(e)
 	}
-	ctx.Response.SetStatusCode(200)
-	stalled := errors.New("the store did not answer: it sent nothing more of its answer for 2m0s")
-	r.out = &countingBody{rc: io.NopCloser(io.MultiReader(strings.NewReader("part of the body"), iotest.ErrReader(stalled)))}
-	if _, err := r.out.WriteTo(io.Discard); !errors.Is(err, stalled) {
-		t.Fatalf("WriteTo: %v", err)
-	}
+	ctx.Response.SetStatusCode(status)
+	r.out = out
 	s.finish(ctx, r, nil)
 	var line map[string]any
-	if err := json.Unmarshal(out.Bytes(), &line); err != nil {
-		t.Fatalf("%v: %s", err, out.Bytes())
+	if err := json.Unmarshal(buf.Bytes(), &line); err != nil {
+		t.Fatalf("%v: %s", err, buf.Bytes())
 	}
-	if line["status"] != 200.0 || line["bytes_out"] != 16.0 || line["body_error"] != stalled.Error() {
-		t.Errorf("status %v, bytes_out %v, body_error %v", line["status"], line["bytes_out"], line["body_error"])
-	}
+	return line, r
 }
