@@ -56,11 +56,15 @@ const DefaultAnswerTimeout = 2 * time.Minute
 // A request sent whole may still be applied: to a write it is a lost answer.
 var ErrNoAnswer = errors.New("the store did not answer")
 
-// stalledWithin is ErrNoAnswer for an exchange the store stopped in the
-// middle of for d: it took nothing more of the request, or sent nothing more
-// of its answer.
-func stalledWithin(what string, d time.Duration) error {
-	return fmt.Errorf("%w: it %s for %v", ErrNoAnswer, what, d)
+// requestStalledFor and answerStalledFor are ErrNoAnswer for an exchange the
+// store stopped in the middle of for d: it took nothing more of the
+// request, or sent nothing more of its answer.
+func requestStalledFor(d time.Duration) error {
+	return fmt.Errorf("%w: it took nothing more of the request for %v", ErrNoAnswer, d)
+}
+
+func answerStalledFor(d time.Duration) error {
+	return fmt.Errorf("%w: it sent nothing more of its answer for %v", ErrNoAnswer, d)
 }
 
 // tlsHandshakeTimeout bounds the TLS handshake with the store: 10 s, as
@@ -222,7 +226,7 @@ func (c *Client) send(req *http.Request) (*http.Response, error) {
 	// The transport sets no deadline of its own: this one is a copyConn's
 	// watch cutting a body the store stopped taking.
 	if err != nil && errors.Is(err, os.ErrDeadlineExceeded) && req.Context().Err() == nil {
-		return nil, stalledWithin("took nothing more of the request", c.transport.ResponseHeaderTimeout)
+		return nil, requestStalledFor(c.transport.ResponseHeaderTimeout)
 	}
 	return resp, err
 }

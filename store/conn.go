@@ -191,7 +191,7 @@ func (sc *conn) exchange(req *http.Request, answer time.Duration) (*http.Respons
 	sc.sending.End()
 	if err != nil {
 		if sc.sending.Cut() {
-			return nil, stalledWithin("took nothing more of the request", answer)
+			return nil, requestStalledFor(answer)
 		}
 		return nil, err
 	}

@@ -53,7 +53,7 @@ func (b *Body) SpliceTo(w io.Writer, rf io.ReaderFrom) (written, spliced int64, 
 // fail ends the body with err; a read the store's silence cut says so.
 func (b *Body) fail(err error) error {
 	if errors.Is(err, os.ErrDeadlineExceeded) && b.c.receiving.Cut() {
-		err = stalledWithin("sent nothing more of its answer", b.pool.answer)
+		err = answerStalledFor(b.pool.answer)
 	}
 	b.err = err
 	return err
