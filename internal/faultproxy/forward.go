@@ -143,9 +143,10 @@ func writeChunked(bw *bufio.Writer, r *http.Request) error {
 }
 
 // relay copies the store's response to the client, flushing after every
-// read. If the store's body breaks off, the client connection is aborted so
+// read, and reports whether the client took it all (as far as its socket
+// tells). If the store's body breaks off, the client connection is aborted so
 // the client sees the truncation too.
-func relay(w http.ResponseWriter, resp *http.Response) {
+func relay(w http.ResponseWriter, resp *http.Response) bool {
 	h := w.Header()
 	for k, vv := range resp.Header {
 		h[k] = vv
@@ -163,7 +164,7 @@ func relay(w http.ResponseWriter, resp *http.Response) {
 		n, err := resp.Body.Read(buf)
 		if n > 0 {
 			if _, werr := w.Write(buf[:n]); werr != nil {
-				return // the client is gone
+				return false // the client is gone
 			}
 			_ = rc.Flush()
 		}
@@ -177,4 +178,5 @@ func relay(w http.ResponseWriter, resp *http.Response) {
 	for k, vv := range resp.Trailer {
 		h[http.TrailerPrefix+k] = vv
 	}
+	return true
 }

@@ -20,7 +20,9 @@ type Held struct {
 	Arrived <-chan Event
 	// Delivered receives an Event once per request released with
 	// ReleaseDetached, when its exchange with the store is over: Status is
-	// the store's answer, 0 if the store never answered.
+	// the store's answer, 0 if the store never answered. For the stall
+	// rules, once per stalled exchange when it ends, Whole saying whether it
+	// ran whole after all.
 	Delivered <-chan Event
 
 	arrived   chan Event

@@ -81,6 +81,11 @@ func MethodPath(method, pathPrefix string) Match {
 type Event struct {
 	Method, Path, RawQuery string
 	Status                 int
+	// Whole, on a stall rule's Delivered: the stalled exchange ran to its
+	// end once released (the store took the request's body whole and
+	// answered; the client took the answer's body whole); false when either
+	// side had gone meanwhile.
+	Whole bool
 }
 
 type ruleKind int
@@ -360,7 +365,7 @@ func (p *HTTP) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		defer up.close()
 		switch d := rl.held.arrive(ev); d.kind {
 		case decRelease:
-			relay(w, up.resp)
+			_ = relay(w, up.resp)
 		case decFail:
 			up.close()
 			writeFail(w, d.status, d.body)
@@ -370,8 +375,11 @@ func (p *HTTP) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 	case kindStallRequestBody:
 		defer rl.held.end()
-		r.Body = &stallingBody{ReadCloser: r.Body, left: rl.after, held: rl.held, ev: ev}
-		p.forward(w, r)
+		body := &stallingBody{ReadCloser: r.Body, left: rl.after, held: rl.held, ev: ev}
+		defer body.delivered(&ev)
+		r.Body = body
+		p.sendAndRelay(w, r, &ev)
+		ev.Whole = ev.Status != 0
 	case kindStallResponseBody:
 		defer rl.held.end()
 		up := p.answered(w, r, &ev)
@@ -379,8 +387,10 @@ func (p *HTTP) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		defer up.close()
-		up.resp.Body = &stallingBody{ReadCloser: up.resp.Body, left: rl.after, held: rl.held, ev: ev}
-		relay(w, up.resp)
+		body := &stallingBody{ReadCloser: up.resp.Body, left: rl.after, held: rl.held, ev: ev}
+		defer body.delivered(&ev)
+		up.resp.Body = body
+		ev.Whole = relay(w, up.resp)
 	}
 }
 
@@ -395,6 +405,18 @@ type stallingBody struct {
 }
 
 var errStallDropped = errors.New("faultproxy: the stalled body was dropped")
+
+// delivered reports a stalled exchange's end on Delivered (one that ended
+// before its stall point is not reported).
+func (b *stallingBody) delivered(ev *Event) {
+	if !b.decided {
+		return
+	}
+	select {
+	case b.held.delivered <- *ev:
+	default:
+	}
+}
 
 func (b *stallingBody) Read(p []byte) (int, error) {
 	if !b.decided && b.left == 0 {
@@ -465,7 +487,7 @@ func (p *HTTP) sendAndRelay(w http.ResponseWriter, r *http.Request, ev *Event) {
 		return
 	}
 	defer up.close()
-	relay(w, up.resp)
+	_ = relay(w, up.resp)
 }
 
 // answered forwards r to the store and returns the exchange, the store's

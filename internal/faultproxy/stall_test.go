@@ -2,7 +2,9 @@ package faultproxy
 
 import (
 	"io"
+	"net"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -32,6 +34,59 @@ func TestHTTPStallRequestBody(t *testing.T) {
 	held.Release()
 	if r := recv(t, res, "the released request"); r.status != 200 || got.Load() != size {
 		t.Fatalf("released: %+v, the store got %d bytes", r, got.Load())
+	}
+	if ev := recv(t, held.Delivered, "the stalled exchange's end"); !ev.Whole || ev.Status != 200 {
+		t.Fatalf("delivered %+v, want whole with the store's 200", ev)
+	}
+}
+
+// A stalled request whose sender went away meanwhile is not whole when
+// released: the store never has its body, and Delivered says so.
+func TestHTTPStalledRequestWhoseSenderLeft(t *testing.T) {
+	readErr := make(chan error, 1)
+	tg := newTarget(t, func(w http.ResponseWriter, r *http.Request) {
+		_, err := io.Copy(io.Discard, r.Body)
+		readErr <- err
+	})
+	p := newHTTPProxy(t, tg)
+	held := p.StallRequestBody(MethodPath("PUT", "/b/k"), 1, 10)
+	conn, err := net.Dial("tcp", strings.TrimPrefix(p.URL(), "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, _ = io.WriteString(conn, "PUT /b/k HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\n\r\n"+strings.Repeat("a", 500))
+	recv(t, held.Arrived, "the stall")
+	conn.Close()
+	time.Sleep(50 * time.Millisecond)
+	held.Release()
+	if ev := recv(t, held.Delivered, "the stalled exchange's end"); ev.Whole {
+		t.Fatalf("delivered %+v: whole, though its sender had gone", ev)
+	}
+	if err := recv(t, readErr, "the store's read"); err == nil {
+		t.Fatal("the store read a whole body")
+	}
+}
+
+// A stalled answer whose reader went away meanwhile is not whole when
+// released.
+func TestHTTPStalledAnswerWhoseReaderLeft(t *testing.T) {
+	const size, after = 4 << 20, 100 << 10
+	tg := newTarget(t, func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Length", strconv.Itoa(size))
+		_, _ = io.WriteString(w, strings.Repeat("b", size))
+	})
+	p := newHTTPProxy(t, tg)
+	held := p.StallResponseBody(MethodPath("GET", "/b/k"), 1, after)
+	resp, err := client.Get(p.URL() + "/b/k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	recv(t, held.Arrived, "the stall")
+	resp.Body.Close()
+	time.Sleep(50 * time.Millisecond)
+	held.Release()
+	if ev := recv(t, held.Delivered, "the stalled exchange's end"); ev.Whole || ev.Status != 200 {
+		t.Fatalf("delivered %+v: want not whole, with the store's 200", ev)
 	}
 }
 
@@ -89,6 +144,9 @@ func TestHTTPStallResponseBody(t *testing.T) {
 	rest, err := io.ReadAll(resp.Body)
 	if err != nil || after+n+len(rest) != size {
 		t.Fatalf("after the release: %d+%d+%d bytes, %v", after, n, len(rest), err)
+	}
+	if ev := recv(t, held.Delivered, "the stalled exchange's end"); !ev.Whole {
+		t.Fatalf("delivered %+v, want whole", ev)
 	}
 }
 
