@@ -70,10 +70,11 @@ type Config struct {
 // a bucket of copy sources that never change. One key is spelled the hard
 // way: a space, '+' and '%' (encoded apart in paths, queries and events) and
 // U+0001, which an XML listing without encoding-type=url cannot name; the
-// audits and the notifications must name it all the same.
+// audits and the notifications must name it all the same. The last, bigKey,
+// takes large values (prefixFor) and is drawn less often (bigKeyOdds).
 var (
 	campaignBuckets = []string{"chaos-a", "chaos-b", "chaos-c"}
-	campaignKeys    = []string{"k0", "k1", "k2", "dir/k3", "k4 +%\x01"}
+	campaignKeys    = []string{"k0", "k1", "k2", "dir/k3", "k4 +%\x01", bigKey}
 	sourceBucket    = "chaos-src"
 	badInputBucket  = "chaos-bad"
 )
@@ -130,8 +131,20 @@ func (c *Campaign) gatewayURL(gi int) string {
 	return c.stack.gateways[gi].URL()
 }
 
+// bigKey's writes write large values; one operation in bigKeyOdds is on it
+// (in a random bucket), so that its traffic (13 MiB a write on average) stays
+// a small part of the campaign's.
+const (
+	bigKey     = "big"
+	bigKeyOdds = 24
+)
+
 func (c *Campaign) pickKey(rng *rand.Rand) (bucket, key string) {
-	return campaignBuckets[rng.IntN(len(campaignBuckets))], campaignKeys[rng.IntN(len(campaignKeys))]
+	bucket = campaignBuckets[rng.IntN(len(campaignBuckets))]
+	if rng.IntN(bigKeyOdds) == 0 {
+		return bucket, bigKey
+	}
+	return bucket, campaignKeys[rng.IntN(len(campaignKeys)-1)]
 }
 
 // Run runs a campaign: start the stack, the workload and the faults for

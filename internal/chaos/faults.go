@@ -26,6 +26,7 @@ const (
 	FaultStoreReset       = "store-reset"       // every store connection reset
 	FaultStoreDrop        = "store-drop"        // writes performed by the store, their answers lost
 	FaultStoreFail        = "store-fail"        // store answers replaced by 500 / 503 (nothing performed)
+	FaultStoreStallBody   = "store-stall-body"  // the store stops mid-way through large request bodies and answers
 	FaultLeaseBlackhole   = "lease-blackhole"   // one gateway cut off from PostgreSQL: renewals and heartbeats lost
 	FaultClientDisconnect = "client-disconnect" // PUTs whose client goes away mid-body
 	FaultDirectWrite      = "direct-write"      // PUTs and DELETEs straight at the store, with its own key
@@ -50,7 +51,7 @@ const (
 var AllFaults = []string{
 	FaultGatewayKill, FaultGatewayFailpoint, FaultPostgresRestart, FaultStoreRestart,
 	FaultStoreStall, FaultStoreLate, FaultStoreReset, FaultStoreDrop, FaultStoreFail,
-	FaultLeaseBlackhole, FaultClientDisconnect, FaultDirectWrite, FaultBadInput,
+	FaultStoreStallBody, FaultLeaseBlackhole, FaultClientDisconnect, FaultDirectWrite, FaultBadInput,
 	FaultReceiverDown, FaultNATSDown,
 }
 
@@ -107,6 +108,8 @@ func schedule(seed uint64, duration, every time.Duration, kinds []string, gatewa
 				f.N = 1 + rng.IntN(3)
 			case FaultStoreDrop, FaultStoreFail:
 				f.N = 1 + rng.IntN(4)
+			case FaultStoreStallBody:
+				f.Pause, f.N = ms(rng, 4000, 12000), 1+rng.IntN(2)
 			case FaultLeaseBlackhole:
 				f.Pause = ms(rng, 3000, 15000)
 			case FaultClientDisconnect, FaultDirectWrite:
@@ -303,6 +306,8 @@ func (c *Campaign) inject(ctx context.Context, f *Fault) {
 		g.storeHTTP.Fail(allRequests, f.N, status, fmt.Sprintf(`<?xml version="1.0" encoding="UTF-8"?><Error><Code>%s</Code><Message>injected by the chaos campaign</Message></Error>`, code))
 		sleep(ctx, 3*time.Second)
 		g.storeHTTP.Reset()
+	case FaultStoreStallBody:
+		f.Detail = c.stallBodies(ctx, g, f)
 	case FaultLeaseBlackhole:
 		g.blackholeDB(true)
 		sleep(ctx, f.Pause)

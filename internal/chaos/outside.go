@@ -33,7 +33,7 @@ func (c *Campaign) cutPut(rng *rand.Rand) {
 		return
 	}
 	bucket, key := c.pickKey(rng)
-	v := fmt.Sprintf("c%d-%d", 2000+gi, rng.Uint32())
+	v := fmt.Sprintf("%s%d-%d", prefixFor(key, "c"), 2000+gi, rng.Uint32())
 	body := bodyOf(v)
 	c.etags.add(v, md5Hex(body))
 	op := c.rec.begin(2000, gi, bucket+"/"+key, history.Write)

@@ -95,9 +95,11 @@ const noListenerGateway = 2
 // and multipart Creates of unknown outcome looked for after 5 s, so that what
 // the faults leave is settled within the campaign; writers wait 5 s for a
 // leased key before 503 SlowDown; notifications delivered with short
-// timeouts and back-offs (notifyEnv).
+// timeouts and back-offs (notifyEnv); a store silent for storeAnswerTimeout
+// is given up on.
 var campaignEnv = append([]string{
 	"FENCEGATE_RECONCILE_INTERVAL=2s",
+	"FENCEGATE_STORE_ANSWER_TIMEOUT=" + storeAnswerTimeout.String(),
 	"FENCEGATE_UPLOAD_CREATE_SETTLE=5s",
 	"FENCEGATE_LEASE_WAIT=5s",
 }, notifyEnv...)

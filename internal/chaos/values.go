@@ -1,6 +1,7 @@
 package chaos
 
 import (
+	"bytes"
 	"crypto/md5"
 	"crypto/rand"
 	"encoding/base64"
@@ -18,30 +19,63 @@ import (
 // so a read names the write it saw and proves the bytes whole. Copies write
 // their source's value; sources never change.
 
-// bodyOf is the object body of value v: "v:" then filler, 64 B to 4 KiB.
+// largePrefix heads the name of a large value: the big key's writes write
+// them (prefixFor), 2 to 24 MiB, so that some bodies are spooled to disk and
+// some are too large to spool and are streamed, and every one outlasts the
+// sockets' buffers, so that a fault can stop the store in the middle of one
+// (store-stall-body).
+const largePrefix = "L"
+
+const (
+	largeMin    = 2 << 20
+	largeSpread = 22 << 20
+	// fillerBlock is how much filler a large value draws; the rest repeats
+	// it (the checks compare whole bodies, and drawing 24 MiB of filler on
+	// every read would cost more than the read).
+	fillerBlock = 64 << 10
+)
+
+// prefixFor is the name prefix of a value written at key by a write of the
+// given kind ("c", "m"): large at the big key.
+func prefixFor(key, kind string) string {
+	if key == bigKey {
+		return largePrefix + kind
+	}
+	return kind
+}
+
+// bodyOf is the object body of value v: "v:" then filler, 64 B to 4 KiB (2 to
+// 24 MiB for a large value).
 func bodyOf(v string) []byte {
 	h := fnv.New64a()
 	h.Write([]byte(v))
 	sum := h.Sum64()
 	n := 64 + int(sum%4032)
-	var b strings.Builder
-	b.Grow(n)
-	b.WriteString(v)
-	b.WriteByte(':')
-	for b.Len() < n {
+	if strings.HasPrefix(v, largePrefix) {
+		n = largeMin + int(sum%largeSpread)
+	}
+	b := make([]byte, 0, max(n, len(v)+1+fillerBlock+16))
+	b = append(b, v...)
+	b = append(b, ':')
+	for len(b) < min(n, fillerBlock) {
 		var x [8]byte
 		binary.LittleEndian.PutUint64(x[:], sum)
-		b.WriteString(hex.EncodeToString(x[:]))
+		b = hex.AppendEncode(b, x[:])
 		sum = sum*6364136223846793005 + 1442695040888963407
 	}
-	return []byte(b.String()[:n])
+	b = b[:min(len(b), n)]
+	filler := b[len(v)+1:]
+	for len(b) < n {
+		b = append(b, filler[:min(len(filler), n-len(b))]...)
+	}
+	return b
 }
 
 // valueOfBody names the value a body holds, or "corrupt:..." when the bytes
 // are not exactly one value's body (a torn or foreign write).
 func valueOfBody(b []byte) string {
 	name, _, ok := strings.Cut(string(b), ":")
-	if !ok || string(bodyOf(name)) != string(b) {
+	if !ok || !bytes.Equal(bodyOf(name), b) {
 		if len(b) > 24 {
 			b = b[:24]
 		}

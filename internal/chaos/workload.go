@@ -250,7 +250,7 @@ func (w *worker) readError(op *history.Op, err error) {
 }
 
 func (w *worker) put(cl *s3.Client, gi int, bucket, key string, cond history.Cond) {
-	v := w.newValue("c")
+	v := w.newValue(prefixFor(key, "c"))
 	body := bodyOf(v)
 	w.c.etags.add(v, md5Hex(body))
 	crc := crc32Base64(body)
@@ -300,7 +300,7 @@ func (w *worker) copy(cl *s3.Client, gi int, bucket, key string) {
 // Complete again (up to twice) while its outcome is unknown. The tries are one
 // operation: the value is published at most once, by whichever try landed.
 func (w *worker) multipart(cl *s3.Client, gi int, bucket, key string) {
-	v := w.newValue("m")
+	v := w.newValue(prefixFor(key, "m"))
 	body := bodyOf(v)
 	w.c.etags.add(v, multipartETag(body))
 	ctx, cancel := reqCtx()
