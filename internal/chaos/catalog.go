@@ -139,7 +139,7 @@ func (c *catalog) settleUnknowns(ctx context.Context, ops []history.Op, start ti
 	}
 	byETag := map[string]string{} // a value's body's ETag -> the value
 	for _, op := range ops {
-		if op.Kind == history.Write && strings.HasPrefix(op.Value, "c") {
+		if op.Kind == history.Write && writeOf(op.Value) == "put" {
 			byETag[md5Hex(bodyOf(op.Value))] = op.Value
 		}
 	}
@@ -154,10 +154,10 @@ func (c *catalog) settleUnknowns(ctx context.Context, ops []history.Op, start ti
 			counts[op.Settled]++
 			continue
 		}
-		if op.Kind == history.Delete || !strings.HasPrefix(op.Value, "c") {
+		if op.Kind == history.Delete || writeOf(op.Value) != "put" {
 			kind := "delete"
 			if op.Kind == history.Write {
-				kind = map[bool]string{true: "complete", false: "copy"}[strings.HasPrefix(op.Value, "m")]
+				kind = writeOf(op.Value)
 			}
 			op.Settled = "stays unknown: " + kind + " (an attempt of its kind began while it could)"
 			if !begun.any(op.Key, kind, op.Invoke, sentUntil(*op)) {

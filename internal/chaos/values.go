@@ -44,6 +44,19 @@ func prefixFor(key, kind string) string {
 	return kind
 }
 
+// writeOf names the kind of write that writes value v: "put" (a PutObject,
+// its checksum declared: "c..."), "complete" (a multipart upload: "m..."), or
+// "copy" (a source's value), large or not.
+func writeOf(v string) string {
+	switch v = strings.TrimPrefix(v, largePrefix); {
+	case strings.HasPrefix(v, "c"):
+		return "put"
+	case strings.HasPrefix(v, "m"):
+		return "complete"
+	}
+	return "copy"
+}
+
 // bodyOf is the object body of value v: "v:" then filler, 64 B to 4 KiB (2 to
 // 24 MiB for a large value).
 func bodyOf(v string) []byte {

@@ -35,3 +35,17 @@ func TestBodiesNameTheirValues(t *testing.T) {
 		t.Error("a small key's values are large")
 	}
 }
+
+// A value names the write that writes it, large or not: the settle looks up
+// a PUT's attempt by its checksum, and a Complete's or a copy's by its kind.
+func TestValuesNameTheirWrite(t *testing.T) {
+	for v, want := range map[string]string{
+		"c1-1": "put", prefixFor(bigKey, "c") + "1-2": "put", "c2000-7": "put",
+		"m1-3": "complete", prefixFor(bigKey, "m") + "1-4": "complete",
+		"src0": "copy",
+	} {
+		if got := writeOf(v); got != want {
+			t.Errorf("%s is written by %q, want %q", v, got, want)
+		}
+	}
+}
