@@ -217,7 +217,11 @@ func (c *Campaign) inject(ctx context.Context, f *Fault) {
 		// which the fence must stop.
 		match := keyWrites
 		if c.cfg.LatePutsOnly {
-			match = putObjects
+			// Small ones: a large body held at the door fills the
+			// sockets' buffers, its gateway gives up on it after its
+			// store answer timeout, and the store gets it cut short,
+			// so it cannot land late.
+			match = func(r *http.Request) bool { return putObjects(r) && !largeBodies(r) }
 		}
 		if c.cfg.LateReservationPuts {
 			match = reservationPuts
