@@ -390,7 +390,9 @@ func (p *HTTP) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		body := &stallingBody{ReadCloser: up.resp.Body, left: rl.after, held: rl.held, ev: ev}
 		defer body.delivered(&ev)
 		up.resp.Body = body
-		ev.Whole = relay(w, up.resp)
+		// A short rest fits the socket even after its reader has gone;
+		// the request's context says the client's connection closed.
+		ev.Whole = relay(w, up.resp) && r.Context().Err() == nil
 	}
 }
 
