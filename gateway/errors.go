@@ -164,6 +164,13 @@ func appendErrorXML(b []byte, e *apiError, resource, requestID string) []byte {
 	return append(b, "</RequestId></Error>"...)
 }
 
+// replacementChar is U+FFFD, written for a character XML cannot carry, as
+// the store writes it and Go's encoding/xml escapes it.
+const replacementChar = "\uFFFD"
+
+// appendXMLEscaped appends s as XML character data: markup escaped, and a
+// character XML 1.0 does not allow (a control character, U+FFFE, U+FFFF)
+// written as U+FFFD, so that the document parses whatever s holds.
 func appendXMLEscaped(b []byte, s string) []byte {
 	for i := 0; i < len(s); i++ {
 		switch c := s[i]; c {
@@ -181,7 +188,22 @@ func appendXMLEscaped(b []byte, s string) []byte {
 			b = append(b, "&#"...)
 			b = strconv.AppendInt(b, int64(c), 10)
 			b = append(b, ';')
+		case 0xEF:
+			// U+FFFE and U+FFFF (EF BF BE, EF BF BF): not XML characters.
+			if i+2 < len(s) && s[i+1] == 0xBF && s[i+2] >= 0xBE {
+				b = append(b, replacementChar...)
+				i += 2
+				continue
+			}
+			b = append(b, c)
 		default:
+			if c < 0x20 {
+				// No XML 1.0 document can carry a control character, not
+				// even as a reference: written raw, it made the whole
+				// document unparsable to every client.
+				b = append(b, replacementChar...)
+				continue
+			}
 			b = append(b, c)
 		}
 	}
