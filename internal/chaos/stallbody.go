@@ -39,9 +39,21 @@ func bigKeyReads(r *http.Request) bool {
 	return r.Method == http.MethodGet && strings.HasSuffix(r.URL.Path, "/"+bigKey)
 }
 
+// completes matches CompleteMultipartUpload, any key's: the store performs
+// it and answers 200 before its document says whether it succeeded, so an
+// answer cut in its document leaves the outcome unknown.
+func completes(r *http.Request) bool {
+	return r.Method == http.MethodPost && r.URL.Query().Has("uploadId")
+}
+
+// completeStallAfter is how much of a Complete's answer document passes.
+const completeStallAfter = 16
+
 // stallBodies is the store-stall-body fault: for f.Pause the store stops in
-// the middle of gateway g's large exchanges (up to f.N request bodies and f.N
-// answers), after their first 256 KiB, as a hung store process does. Each is
+// the middle of gateway g's exchanges (up to f.N large request bodies and
+// f.N answers of the big key, after their first 256 KiB; up to f.N
+// CompleteMultipartUpload answers, in their document), as a hung store
+// process does. Each is
 // held until twice the gateways' store answer timeout has passed since the
 // last of them stopped, then let go: by then the gateway must have given up
 // on every one itself (a PUT's attempt failed and its lease released, a GET's
@@ -50,6 +62,8 @@ func bigKeyReads(r *http.Request) bool {
 func (c *Campaign) stallBodies(ctx context.Context, g *gatewayProc, f *Fault) string {
 	requests := g.storeHTTP.StallRequestBody(largeBodies, f.N, stallAfter)
 	answers := g.storeHTTP.StallResponseBody(bigKeyReads, f.N, stallAfter)
+	documents := g.storeHTTP.StallResponseBody(completes, f.N, completeStallAfter)
+	helds := []*faultproxy.Held{requests, answers, documents}
 	var stalled []faultproxy.Event
 	last := time.Now()
 	window := time.After(f.Pause)
@@ -64,6 +78,8 @@ collect:
 			stalled, last = append(stalled, ev), time.Now()
 		case ev := <-answers.Arrived:
 			stalled, last = append(stalled, ev), time.Now()
+		case ev := <-documents.Arrived:
+			stalled, last = append(stalled, ev), time.Now()
 		case <-window:
 			// No more stalls begin; one matched already still may.
 			g.storeHTTP.Reset()
@@ -77,9 +93,10 @@ collect:
 	g.storeHTTP.Reset()
 	// Let every stalled exchange read on (and any still on its way to its
 	// stall point): one the gateway gave up on fails at both ends.
-	for range f.N {
-		requests.Release()
-		answers.Release()
+	for _, h := range helds {
+		for range f.N {
+			h.Release()
+		}
 	}
 	if ctx.Err() != nil {
 		return fmt.Sprintf("%d exchanges stalled mid-body; the campaign ended first", len(stalled))
@@ -90,6 +107,7 @@ collect:
 		select {
 		case ev = <-requests.Delivered:
 		case ev = <-answers.Delivered:
+		case ev = <-documents.Delivered:
 		case <-time.After(10 * time.Second):
 			continue
 		}
