@@ -469,7 +469,9 @@ func writeOutcome(op *history.Op, err error) {
 		op.Detail += " " + shortErr(err)
 	default:
 		op.Outcome = history.Unknown
-		if status == 0 {
+		if status == 0 || code == "" {
+			// No answer, or one without an S3 error (a 200 whose document
+			// the SDK could not read): the error itself says what.
 			op.Detail += " " + shortErr(err)
 		}
 	}
