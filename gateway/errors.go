@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"strconv"
 	"time"
+	"unicode/utf8"
 
 	"github.com/valyala/fasthttp"
 
@@ -170,7 +171,8 @@ const replacementChar = "\uFFFD"
 
 // appendXMLEscaped appends s as XML character data: markup escaped, and a
 // character XML 1.0 does not allow (a control character, U+FFFE, U+FFFF)
-// written as U+FFFD, so that the document parses whatever s holds.
+// and each byte that is not UTF-8 written as U+FFFD, so that the document
+// parses whatever s holds.
 func appendXMLEscaped(b []byte, s string) []byte {
 	for i := 0; i < len(s); i++ {
 		switch c := s[i]; c {
@@ -188,23 +190,24 @@ func appendXMLEscaped(b []byte, s string) []byte {
 			b = append(b, "&#"...)
 			b = strconv.AppendInt(b, int64(c), 10)
 			b = append(b, ';')
-		case 0xEF:
-			// U+FFFE and U+FFFF (EF BF BE, EF BF BF): not XML characters.
-			if i+2 < len(s) && s[i+1] == 0xBF && s[i+2] >= 0xBE {
-				b = append(b, replacementChar...)
-				i += 2
-				continue
-			}
-			b = append(b, c)
 		default:
-			if c < 0x20 {
+			switch {
+			case c < 0x20:
 				// No XML 1.0 document can carry a control character, not
 				// even as a reference: written raw, it made the whole
 				// document unparsable to every client.
 				b = append(b, replacementChar...)
-				continue
+			case c < utf8.RuneSelf:
+				b = append(b, c)
+			default:
+				r, size := utf8.DecodeRuneInString(s[i:])
+				if r == utf8.RuneError && size == 1 || r == 0xFFFE || r == 0xFFFF {
+					b = append(b, replacementChar...)
+				} else {
+					b = append(b, s[i:i+size]...)
+				}
+				i += size - 1
 			}
-			b = append(b, c)
 		}
 	}
 	return b

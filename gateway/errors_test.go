@@ -9,7 +9,8 @@ import (
 // Whatever a key or message holds, fencegate's own XML documents parse: a
 // character XML 1.0 cannot carry (a control character, U+FFFE, U+FFFF) is
 // written as U+FFFD, as the store writes it and Go's encoding/xml escapes
-// it. Written raw, it made the whole answer unparsable: an SDK took a
+// it; so is a byte that is not UTF-8 (a path may carry one). Written raw,
+// either made the whole answer unparsable: an SDK took a
 // repeated CompleteMultipartUpload of such a key, answered 200, for an
 // error (botocore as a 500, and tried it again).
 func TestXMLEscapedAlwaysParses(t *testing.T) {
@@ -18,7 +19,7 @@ func TestXMLEscapedAlwaysParses(t *testing.T) {
 		all.WriteRune(c)
 	}
 	all.WriteString("\uFFFE\uFFFF\u00e9\U0001F600")
-	for _, s := range []string{"k4 +%\x01", "a\x00b", all.String(), "\x7f", "plain", "é", "<&>\"'"} {
+	for _, s := range []string{"k4 +%\x01", "a\x00b", all.String(), "\x7f", "plain", "é", "<&>\"'", "bad \xff utf-8 \xe2\x82", "\xef\xbf"} {
 		doc := append(appendXMLEscaped([]byte("<K>"), s), "</K>"...)
 		var got string
 		if err := xml.Unmarshal(doc, &got); err != nil {
