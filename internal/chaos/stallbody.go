@@ -53,12 +53,12 @@ const completeStallAfter = 16
 // the middle of gateway g's exchanges (up to f.N large request bodies and
 // f.N answers of the big key, after their first 256 KiB; up to f.N
 // CompleteMultipartUpload answers, in their document), as a hung store
-// process does. Each is
-// held until twice the gateways' store answer timeout has passed since the
-// last of them stopped, then let go: by then the gateway must have given up
-// on every one itself (a PUT's attempt failed and its lease released, a GET's
-// client cut short), so none may run whole once let go. One that does is a
-// violation: the gateway waited on a silent store for as long as it was held.
+// process does. Each is held until twice the gateways' store answer timeout
+// has passed since the last of them stopped, then let go: by then the
+// gateway must have given up on every one itself (a PUT's attempt failed and
+// its lease released, a GET's client cut short, a Complete's outcome left
+// unknown), so none may run whole once let go. One that does is a violation:
+// the gateway waited on a silent store for as long as it was held.
 func (c *Campaign) stallBodies(ctx context.Context, g *gatewayProc, f *Fault) string {
 	requests := g.storeHTTP.StallRequestBody(largeBodies, f.N, stallAfter)
 	answers := g.storeHTTP.StallResponseBody(bigKeyReads, f.N, stallAfter)
