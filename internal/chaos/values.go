@@ -67,7 +67,7 @@ func bodyOf(v string) []byte {
 	if strings.HasPrefix(v, largePrefix) {
 		n = largeMin + int(sum%largeSpread)
 	}
-	b := make([]byte, 0, max(n, len(v)+1+fillerBlock+16))
+	b := make([]byte, 0, n+16) // the filler is drawn 16 bytes at a time
 	b = append(b, v...)
 	b = append(b, ':')
 	for len(b) < min(n, fillerBlock) {
