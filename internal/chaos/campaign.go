@@ -311,6 +311,13 @@ func (c *Campaign) finish(ctx context.Context, rep *Report) {
 	if err := waitUntil(ctx, 120*time.Second, func() error { return db.leased(ctx) }); err != nil {
 		problems = append(problems, "after the faults: "+err.Error())
 	}
+	// The store may still be warming up after a late restart (SeaweedFS
+	// takes seconds to find its writable volumes again, longer than the
+	// gateways' store answer timeout, so their writes meanwhile are given
+	// up); the final writes are about the gateways, not that.
+	if err := waitUntil(ctx, 60*time.Second, c.storeTakesWrites); err != nil {
+		problems = append(problems, "the store took no write at once after the faults: "+err.Error())
+	}
 	// Every key takes a write (none stays stuck: a PUT that finds its key
 	// changed around the gateways may get one 503, the next must succeed).
 	for i, b := range campaignBuckets {
