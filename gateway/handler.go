@@ -97,6 +97,10 @@ func (s *Server) finish(ctx *fasthttp.RequestCtx, r *request, e *apiError) {
 	var bodyErr error
 	if r.out != nil {
 		out, bodyErr = r.out.n, r.out.err
+	} else if !ctx.Response.IsBodyStream() {
+		// A body fencegate wrote whole (an error, a document of its own);
+		// a stream's Body() would read it here, before it is sent.
+		out = int64(len(ctx.Response.Body()))
 	}
 	series := s.metrics.series.get(opLabel(r), status)
 	series.requests.Inc()

@@ -13,7 +13,7 @@ import (
 
 // A request's one log line: its fields, as the JSON log writes them.
 func TestRequestLogLine(t *testing.T) {
-	line, r := loggedGet(t, 206, &countingBody{n: 1234})
+	line, r := loggedGet(t, 206, &countingBody{n: 1234}, "")
 	want := map[string]any{
 		"level": "INFO", "msg": "request", "request_id": r.id, "op": "GetObject", "method": "GET",
 		"bucket": "bench", "key": "objects/k-000123", "status": 206.0, "bytes_in": 0.0, "bytes_out": 1234.0,
@@ -44,15 +44,26 @@ func TestRequestLogLineNamesABrokenBody(t *testing.T) {
 	if _, err := body.WriteTo(io.Discard); !errors.Is(err, stalled) {
 		t.Fatalf("WriteTo: %v", err)
 	}
-	line, _ := loggedGet(t, 200, body)
+	line, _ := loggedGet(t, 200, body, "")
 	if line["status"] != 200.0 || line["bytes_out"] != 16.0 || line["body_error"] != stalled.Error() {
 		t.Errorf("status %v, bytes_out %v, body_error %v", line["status"], line["bytes_out"], line["body_error"])
 	}
 }
 
-// loggedGet is the log line of a GET answered with status and out, as the
-// JSON log writes it, and the request.
-func loggedGet(t *testing.T, status int, out *countingBody) (map[string]any, *request) {
+// An answer fencegate writes whole itself (an error document, a repeated
+// Complete's result) counts its body in bytes_out as a relayed one does:
+// the line said 0 for them.
+func TestRequestLogLineCountsAWrittenBody(t *testing.T) {
+	const doc = "<Error><Code>NoSuchKey</Code></Error>"
+	line, _ := loggedGet(t, 404, nil, doc)
+	if line["bytes_out"] != float64(len(doc)) {
+		t.Errorf("bytes_out %v, want %d", line["bytes_out"], len(doc))
+	}
+}
+
+// loggedGet is the log line of a GET answered with status and out (or, with
+// out nil, the body written), as the JSON log writes it, and the request.
+func loggedGet(t *testing.T, status int, out *countingBody, written string) (map[string]any, *request) {
 	t.Helper()
 	var buf bytes.Buffer
 	s := newBenchServer(t, slog.New(slog.NewJSONHandler(&buf, nil)))
@@ -62,7 +73,12 @@ func loggedGet(t *testing.T, status int, out *countingBody) (map[string]any, *re
 		t.Fatal(e)
 	}
 	ctx.Response.SetStatusCode(status)
-	r.out = out
+	if out != nil {
+		r.out = out
+	}
+	if written != "" {
+		ctx.Response.SetBodyString(written)
+	}
 	s.finish(ctx, r, nil)
 	var line map[string]any
 	if err := json.Unmarshal(buf.Bytes(), &line); err != nil {
