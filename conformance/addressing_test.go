@@ -13,7 +13,6 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
-	"github.com/aws/aws-sdk-go-v2/service/s3/types"
 
 	"github.com/fencegate/fencegate/internal/testenv"
 )
@@ -83,17 +82,7 @@ func TestResultLocationsNameTheGateway(t *testing.T) {
 	const key, escaped = "m p+q/r", "m%20p+q/r"
 	complete := func(c *s3.Client) *s3.CompleteMultipartUploadOutput {
 		t.Helper()
-		up, err := c.CreateMultipartUpload(ctx, &s3.CreateMultipartUploadInput{Bucket: &bucket, Key: aws.String(key)})
-		if err != nil {
-			t.Fatal(err)
-		}
-		part, err := c.UploadPart(ctx, &s3.UploadPartInput{Bucket: &bucket, Key: aws.String(key), UploadId: up.UploadId,
-			PartNumber: aws.Int32(1), Body: strings.NewReader("one part")})
-		if err != nil {
-			t.Fatal(err)
-		}
-		in := &s3.CompleteMultipartUploadInput{Bucket: &bucket, Key: aws.String(key), UploadId: up.UploadId,
-			MultipartUpload: &types.CompletedMultipartUpload{Parts: []types.CompletedPart{{PartNumber: aws.Int32(1), ETag: part.ETag}}}}
+		in := onePartUpload(t, c, bucket, key)
 		out, err := c.CompleteMultipartUpload(ctx, in)
 		if err != nil {
 			t.Fatal(err)

@@ -265,6 +265,14 @@ func keyOverADirectory(t *testing.T, opts gatewayOptions) {
 // returns its Complete's error.
 func completeOnePart(t *testing.T, c *s3.Client, bucket, key string) error {
 	t.Helper()
+	_, err := c.CompleteMultipartUpload(context.Background(), onePartUpload(t, c, bucket, key))
+	return err
+}
+
+// onePartUpload creates a multipart upload of key, uploads one part to it,
+// and returns the Complete that would publish it (to send once, or again).
+func onePartUpload(t *testing.T, c *s3.Client, bucket, key string) *s3.CompleteMultipartUploadInput {
+	t.Helper()
 	ctx := context.Background()
 	up, err := c.CreateMultipartUpload(ctx, &s3.CreateMultipartUploadInput{Bucket: &bucket, Key: &key})
 	if err != nil {
@@ -275,9 +283,8 @@ func completeOnePart(t *testing.T, c *s3.Client, bucket, key string) error {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, err = c.CompleteMultipartUpload(ctx, &s3.CompleteMultipartUploadInput{Bucket: &bucket, Key: &key, UploadId: up.UploadId,
-		MultipartUpload: &types.CompletedMultipartUpload{Parts: []types.CompletedPart{{PartNumber: aws.Int32(1), ETag: part.ETag}}}})
-	return err
+	return &s3.CompleteMultipartUploadInput{Bucket: &bucket, Key: &key, UploadId: up.UploadId,
+		MultipartUpload: &types.CompletedMultipartUpload{Parts: []types.CompletedPart{{PartNumber: aws.Int32(1), ETag: part.ETag}}}}
 }
 
 // wantAPIError fails unless err is the S3 error code.

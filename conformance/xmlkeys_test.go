@@ -2,12 +2,9 @@ package conformance
 
 import (
 	"context"
-	"strings"
 	"testing"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
-	"github.com/aws/aws-sdk-go-v2/service/s3"
-	"github.com/aws/aws-sdk-go-v2/service/s3/types"
 )
 
 // A CompleteMultipartUpload tried again (its first answer lost) is answered
@@ -23,18 +20,7 @@ func TestRepeatedCompleteOfAControlCharacterKeyParses(t *testing.T) {
 	c := g.S3Client()
 	bucket := "t-xmlkey-" + randomSuffix()
 	createBucket(t, g.Endpoint, bucket)
-	key := "k4 +%\x01"
-	up, err := c.CreateMultipartUpload(ctx, &s3.CreateMultipartUploadInput{Bucket: &bucket, Key: &key})
-	if err != nil {
-		t.Fatal(err)
-	}
-	part, err := c.UploadPart(ctx, &s3.UploadPartInput{Bucket: &bucket, Key: &key, UploadId: up.UploadId,
-		PartNumber: aws.Int32(1), Body: strings.NewReader("one part")})
-	if err != nil {
-		t.Fatal(err)
-	}
-	in := &s3.CompleteMultipartUploadInput{Bucket: &bucket, Key: &key, UploadId: up.UploadId,
-		MultipartUpload: &types.CompletedMultipartUpload{Parts: []types.CompletedPart{{PartNumber: aws.Int32(1), ETag: part.ETag}}}}
+	in := onePartUpload(t, c, bucket, "k4 +%\x01")
 	first, err := c.CompleteMultipartUpload(ctx, in)
 	if err != nil {
 		t.Fatalf("Complete: %v", err)
